@@ -1,0 +1,40 @@
+"""detok-plugin: exact, prompt, O(1) streaming detokenization for LLM serving stacks.
+
+The core is pure Python and imports no framework. Start with
+:class:`IncrementalDetokenizer` (one id in, new text out) or
+:meth:`DetokenizerState.from_tokenizer` (stops, tags, channels, several ids per push).
+"""
+
+from __future__ import annotations
+
+from ._errors import (
+    DetokError,
+    StreamFinishedError,
+    TokenIdError,
+    TokenTypeError,
+    UnsupportedTokenizerError,
+)
+from ._simple import IncrementalDetokenizer
+from ._state import Delta, DetokenizerState, Segment
+from ._tables import TokenTable, build_table, decode_with_table
+from ._tags import TagSet, ToolCall, parse_tool_body
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Delta",
+    "DetokError",
+    "DetokenizerState",
+    "IncrementalDetokenizer",
+    "Segment",
+    "StreamFinishedError",
+    "TagSet",
+    "TokenIdError",
+    "TokenTable",
+    "TokenTypeError",
+    "ToolCall",
+    "UnsupportedTokenizerError",
+    "build_table",
+    "decode_with_table",
+    "parse_tool_body",
+]

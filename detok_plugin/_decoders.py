@@ -1,0 +1,250 @@
+"""Stream decoders: token ids in, text that no future token can change out.
+
+One small strategy per tokenizer family (vLLM's ``IncrementalDetokenizer`` has the same
+shape): a table-driven fast path for byte-level BPE, one for SentencePiece with byte
+fallback, and a decode-based fallback for anything else. Each has the same verbs:
+
+* ``feed(ids) -> str``: the text those ids settle (``""`` when none);
+* ``flush() -> str``: the end of the stream: whatever was held, rendered as final;
+* ``peek_final() -> str``: what ``flush`` would return now, without changing state.
+
+Ids reach a decoder already validated (ints inside the vocabulary).
+"""
+
+from __future__ import annotations
+
+import codecs
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+from ._tables import TokenTable
+
+__all__ = ["ByteLevelStream", "GenericStream", "SentencePieceStream", "StreamDecoder"]
+
+_utf8_replace = codecs.getincrementaldecoder("utf-8")
+_utf8_strict = codecs.getincrementaldecoder("utf-8")
+
+
+class StreamDecoder(ABC):
+    """The verbs every family's stream decoder offers."""
+
+    path: str = ""
+
+    @abstractmethod
+    def feed(self, ids: Sequence[int]) -> str: ...
+
+    @abstractmethod
+    def flush(self) -> str: ...
+
+    @abstractmethod
+    def peek_final(self) -> str: ...
+
+
+class ByteLevelStream(StreamDecoder):
+    """Byte-level BPE: concatenate token bytes, decode UTF-8 incrementally.
+
+    Python's incremental UTF-8 decoder with ``errors="replace"`` holds exactly an
+    incomplete-but-possibly-valid tail and replaces each maximal invalid subpart with one
+    U+FFFD as soon as it is certain: the same rule as Rust's ``String::from_utf8_lossy``,
+    which ``tokenizers``' ByteLevel decoder applies to the whole text.
+    """
+
+    path = "byte_level"
+    __slots__ = ("_pieces", "_skip", "_dec")
+
+    def __init__(self, table: TokenTable, *, skip_special_tokens: bool) -> None:
+        self._pieces = table.pieces
+        self._skip = table.special_ids if skip_special_tokens else frozenset()
+        self._dec = _utf8_replace("replace")
+
+    def feed(self, ids: Sequence[int]) -> str:
+        pieces, skip = self._pieces, self._skip
+        if len(ids) == 1:
+            i = ids[0]
+            return "" if i in skip else self._dec.decode(pieces[i])
+        return self._dec.decode(b"".join(pieces[i] for i in ids if i not in skip))
+
+    def flush(self) -> str:
+        return self._dec.decode(b"", True)
+
+    def peek_final(self) -> str:
+        held, _ = self._dec.getstate()
+        return held.decode("utf-8", "replace")
+
+
+class SentencePieceStream(StreamDecoder):
+    """SentencePiece with byte fallback, as ``tokenizers`` decodes it.
+
+    Why a run of ``<0xNN>`` pieces is held until it ends: ByteFallback renders a whole
+    run as one U+FFFD per byte piece if any byte in it is invalid, so a later invalid byte
+    can still turn an earlier complete character into U+FFFD. The run is released
+    (1) when a non-byte piece closes it, (2) at once, as U+FFFD per byte, when it becomes
+    certainly invalid, after which each further byte piece of the run is one U+FFFD, or
+    (3) at flush. One leading space of the whole text is stripped when the decoder's
+    ``Strip`` step says so.
+    """
+
+    path = "sentencepiece"
+    __slots__ = ("_pieces", "_bytes", "_skip", "_strip", "_dec", "_run_text", "_run_len", "_run_bad")
+
+    def __init__(self, table: TokenTable, *, skip_special_tokens: bool) -> None:
+        self._pieces = table.pieces
+        self._bytes = table.byte_values
+        self._skip = table.special_ids if skip_special_tokens else frozenset()
+        self._strip = table.strip_leading_space
+        self._dec = _utf8_strict("strict")
+        self._run_text: list[str] = []
+        self._run_len = 0
+        self._run_bad = False
+
+    def _out(self, s: str) -> str:
+        if self._strip and s:
+            self._strip = False
+            if s[0] == " ":
+                return s[1:]
+        return s
+
+    def _render_run(self) -> str:
+        if not self._run_len or self._run_bad:
+            return ""
+        held, _ = self._dec.getstate()
+        if held:  # an incomplete character at the end: the run is invalid
+            return "\ufffd" * self._run_len
+        return "".join(self._run_text)
+
+    def _close_run(self) -> str:
+        text = self._render_run()
+        self._run_text.clear()
+        self._run_len = 0
+        self._run_bad = False
+        self._dec.reset()
+        return text
+
+    def _push_byte(self, b: int) -> str:
+        if self._run_bad:
+            return "\ufffd"
+        self._run_len += 1
+        try:
+            self._run_text.append(self._dec.decode(bytes((b,))))
+        except UnicodeDecodeError:
+            self._run_bad = True
+            return "\ufffd" * self._run_len
+        return ""
+
+    def feed(self, ids: Sequence[int]) -> str:
+        out: list[str] = []
+        pieces, byte_values, skip = self._pieces, self._bytes, self._skip
+        for i in ids:
+            if i in skip:
+                continue
+            b = byte_values[i]
+            if b >= 0:
+                s = self._push_byte(b)
+                if s:
+                    out.append(self._out(s))
+            else:
+                s = self._close_run() + pieces[i]
+                if s:
+                    out.append(self._out(s))
+        return "".join(out)
+
+    def flush(self) -> str:
+        return self._out(self._close_run())
+
+    def peek_final(self) -> str:
+        s = self._render_run()
+        if self._strip and s and s[0] == " ":
+            return s[1:]
+        return s
+
+
+class GenericStream(StreamDecoder):
+    """Any tokenizer that offers ``decode(ids)``: a bounded window, diffed by position.
+
+    Algorithm (TGI's prefix/read offsets, with two changes):
+
+    1. Decode ``ids[prefix:]`` and take the text past ``decode(ids[prefix:read])`` by
+       position, so the joined stream is ``decode(prompt + out)[len(decode(prompt)):]``.
+    2. Hold a trailing run of U+FFFD (an incomplete character may still complete) and,
+       when the tokenizer cleans up spaces, a trailing prefix of a cleanup pattern.
+    3. When nothing is held, move the window forward (prefix = read, read = end).
+    4. Change one: when U+FFFD has been held for more than ``MAX_PENDING`` tokens, the
+       text of all but the last 3 tokens is settled (a character spans at most 4 bytes),
+       so the window moves anyway: a stream of invalid bytes costs O(1) per token, where
+       TGI's window grows without bound (O(N) per token).
+    5. Change two: the window keeps ``CONTEXT`` tokens of the prompt, so decoders that
+       look at neighbours (leading-space rules) see what they would see in a full decode.
+    """
+
+    path = "generic"
+    CONTEXT = 4
+    MAX_PENDING = 8
+    _CLEANUP_PREFIXES = (" n'", " n", " '", " ")
+
+    def __init__(
+        self, decode: Callable[[list[int]], str], prompt_ids: Sequence[int], *, cleanup: bool = False
+    ) -> None:
+        self._decode = decode
+        self._cleanup = cleanup
+        self._ids = list(prompt_ids)
+        self._read = len(self._ids)
+        self._prefix = max(0, self._read - self.CONTEXT)
+        self._base = decode(self._ids[self._prefix : self._read])
+        self._emitted = 0  # characters emitted past ``_base`` in the current window
+
+    def _held(self, window: str) -> int:
+        """Characters at the end of the window that a later token may still change."""
+        n = len(window) - len(window.rstrip("\ufffd"))
+        if n == 0 and self._cleanup:
+            for p in self._CLEANUP_PREFIXES:
+                if window.endswith(p):
+                    return len(p)
+        return n
+
+    def _settle(self, upto: int, window_upto: str) -> str:
+        """Treat ``decode(ids[prefix:upto])`` as final and move the window to it.
+
+        Positions, not strings, carry over: when the settled text is shorter than the
+        base (a prompt's trailing U+FFFD pair became one character), the difference is
+        skipped from what follows, as ``decode(prompt + out)[len(decode(prompt)):]`` does.
+        """
+        settled_len = len(window_upto) - len(self._base)
+        out = ""
+        if settled_len > self._emitted:
+            out = window_upto[len(self._base) + self._emitted :]
+            self._emitted = 0
+        else:
+            self._emitted -= settled_len
+        self._prefix, self._read = self._read, upto
+        self._base = self._decode(self._ids[self._prefix : self._read])
+        return out
+
+    def feed(self, ids: Sequence[int]) -> str:
+        self._ids.extend(ids)
+        window = self._decode(self._ids[self._prefix :])
+        # The held tail is measured on the whole window: a prompt that ends inside a
+        # character shows U+FFFD in ``_base``, and its completion must not settle early.
+        held = self._held(window)
+        if held == 0:
+            return self._settle(len(self._ids), window)
+        out = ""
+        ready = len(window) - held - len(self._base)
+        if ready > self._emitted:
+            out = window[len(self._base) + self._emitted : len(window) - held]
+            self._emitted = ready
+        if len(self._ids) - self._read > self.MAX_PENDING:
+            cut = len(self._ids) - 3
+            head = self._decode(self._ids[self._prefix : cut])
+            if window.startswith(head):
+                out += self._settle(cut, head)
+        return out
+
+    def flush(self) -> str:
+        out = self.peek_final()
+        self._emitted += len(out)
+        return out
+
+    def peek_final(self) -> str:
+        window = self._decode(self._ids[self._prefix :])
+        start = len(self._base) + self._emitted
+        return window[start:] if start < len(window) else ""

@@ -1,0 +1,99 @@
+"""An Aho-Corasick automaton over stop strings and tags, scanned one character at a time.
+
+Why an automaton: the safe emission boundary needs, after every token, (a) the earliest
+complete match of any pattern and (b) the longest unemitted suffix that is a prefix of some
+pattern. A trie with failure links gives both in O(1) amortized per character, whatever
+the number of patterns, and never rescans emitted text (vLLM's ``check_stop_strings``
+re-searches a window per stop string; TGI searches the whole text).
+
+>>> m = Matcher.build(("\\n\\nUser:", "###"))
+>>> state, hit = m.scan(0, "Hi.\\n\\nUs")
+>>> hit is None, m.depth[state]          # "\\n\\nUs" may still become a stop: hold 4
+(True, 4)
+>>> state, hit = m.scan(state, "er: more")
+>>> hit                                   # (pattern index, end offset in the chunk)
+(0, 3)
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["Matcher"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Matcher:
+    """Immutable automaton; shared across streams (cached by pattern tuple)."""
+
+    patterns: tuple[str, ...]
+    goto: tuple[dict[str, int], ...]
+    fail: tuple[int, ...]
+    depth: tuple[int, ...]
+    # The match reported when the automaton enters a node: the longest pattern ending
+    # there (its index), or -1.
+    match: tuple[int, ...]
+    # Any character of any pattern: a chunk without one, scanned from the root, stays there.
+    alphabet: re.Pattern[str]
+
+    @staticmethod
+    @functools.lru_cache(maxsize=256)
+    def build(patterns: Sequence[str]) -> "Matcher":
+        patterns = tuple(patterns)
+        goto: list[dict[str, int]] = [{}]
+        depth = [0]
+        own = [-1]
+        for index, p in enumerate(patterns):
+            if not p:
+                raise ValueError("empty stop string or tag")
+            node = 0
+            for ch in p:
+                nxt = goto[node].get(ch)
+                if nxt is None:
+                    nxt = len(goto)
+                    goto[node][ch] = nxt
+                    goto.append({})
+                    depth.append(depth[node] + 1)
+                    own.append(-1)
+                node = nxt
+            if own[node] == -1:  # the first of duplicate patterns wins
+                own[node] = index
+        fail = [0] * len(goto)
+        match = own[:]
+        order = list(goto[0].values())
+        head = 0
+        while head < len(order):
+            node = order[head]
+            head += 1
+            for ch, child in goto[node].items():
+                f = fail[node]
+                while f and ch not in goto[f]:
+                    f = fail[f]
+                fc = goto[f].get(ch, 0)
+                fail[child] = fc if fc != child else 0
+                if match[child] == -1:
+                    match[child] = match[fail[child]]
+                order.append(child)
+        chars = "".join(sorted({c for p in patterns for c in p}))
+        alphabet = re.compile("[" + re.escape(chars) + "]") if chars else re.compile("(?!)")
+        return Matcher(patterns, tuple(goto), tuple(fail), tuple(depth), tuple(match), alphabet)
+
+    def scan(self, state: int, text: str) -> tuple[int, tuple[int, int] | None]:
+        """Advance over ``text``; stop at the first complete match.
+
+        Returns the new state and ``(pattern_index, end)`` where ``text[:end]`` ends with
+        the pattern, or ``None`` with the state after the whole text.
+        """
+        if state == 0 and self.alphabet.search(text) is None:
+            return 0, None
+        goto, fail, match = self.goto, self.fail, self.match
+        for pos, ch in enumerate(text):
+            while state and ch not in goto[state]:
+                state = fail[state]
+            state = goto[state].get(ch, 0)
+            if match[state] != -1:
+                return state, (match[state], pos + 1)
+        return state, None

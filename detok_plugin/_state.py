@@ -1,0 +1,568 @@
+"""``DetokenizerState``: one request's stream, from token ids to channels of settled text.
+
+The safe emission boundary: after every token, text leaves up to the earliest of
+
+1. the last point the decoder has settled (an incomplete UTF-8 character, or a SentencePiece
+   byte run that a later byte could still turn into U+FFFD, is held by the decoder);
+2. the start of the longest unemitted suffix that is a prefix of a stop string;
+3. the start of the longest unemitted suffix that is a prefix of a tag.
+
+Points 2 and 3 are one Aho-Corasick automaton per channel (``_matcher.Matcher``), so a
+suffix that cannot become a stop or a tag is held for zero characters, and nothing emitted
+is ever taken back.
+
+>>> from detok_plugin import DetokenizerState
+>>> from detok_plugin._tables import TokenTable
+>>> table = TokenTable("byte_level", (b"\\xf0\\x9f", b"\\xab", b"\\xa8", b"Hi", b" ###"), frozenset())
+>>> s = DetokenizerState.from_tokenizer(table, stop=["###"])
+>>> [s.push(i).text for i in (3, 0, 1, 2)]   # 🫨 is three byte tokens: it leaves at the third
+['Hi', '', '', '🫨']
+>>> d = s.push(4); (d.text, d.finish_reason, d.stop_reason)
+(' ', 'stop', '###')
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ._decoders import ByteLevelStream, GenericStream, SentencePieceStream, StreamDecoder
+from ._errors import StreamFinishedError, TokenIdError, TokenTypeError, UnsupportedTokenizerError
+from ._matcher import Matcher
+from ._tables import TokenTable, build_table, decode_with_table
+from ._tags import TagSet, ToolCall, parse_tool_body
+
+__all__ = ["Delta", "DetokenizerState", "Segment"]
+
+FinishReason = Literal["stop", "length"]
+Reasoning = Literal["separate", "strip", "inline"]
+Channel = Literal["content", "reasoning", "tool", "tag", "stop"]
+
+_CONTENT, _REASONING, _TOOL = 0, 1, 2
+_EMPTY: tuple[ToolCall, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """What one ``push`` or ``finish`` released.
+
+    ``text`` is content, ``reasoning`` the reasoning channel, ``tool_calls`` the tool-call
+    channel. ``consumed`` is how many of the pushed ids were used: fewer than pushed when a
+    stop completed inside a multi-token push, so the caller can drop the rest.
+    """
+
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: FinishReason | None = None
+    stop_reason: str | int | None = None
+    consumed: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One piece of the lossless log: joined, the pieces are the full decode up to the stop."""
+
+    channel: Channel
+    text: str
+
+
+@dataclass(slots=True)
+class _Out:
+    """Accumulates one call's output before it becomes a frozen Delta."""
+
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    tools: list[ToolCall] = field(default_factory=list)
+
+
+def _as_id(value: Any, position: int, request_id: str | None) -> int:
+    if type(value) is int:
+        return value
+    if isinstance(value, bool):
+        raise TokenTypeError(value, position, request_id)
+    try:
+        return operator.index(value)  # numpy / torch integer scalars
+    except TypeError:
+        raise TokenTypeError(value, position, request_id) from None
+
+
+class DetokenizerState:
+    """One request's stream: ``push(ids) -> Delta`` per step, ``finish() -> Delta`` at the end.
+
+    Build it with :meth:`from_tokenizer`. The joined ``Delta.text`` equals
+    ``tokenizer.decode(prompt + out)[len(tokenizer.decode(prompt)):]`` with the same
+    flags, cut at a stop as the stop options say, and with reasoning and tool calls moved
+    to their channels when ``tags`` are given.
+    """
+
+    __slots__ = (
+        "path",
+        "why",
+        "request_id",
+        "token_ids",
+        "_dec",
+        "_vocab",
+        "_skip_chars",
+        "_stop",
+        "_stop_ids",
+        "_eos_ids",
+        "_include_stop",
+        "_min_tokens",
+        "_max_tokens",
+        "_tags",
+        "_reasoning_mode",
+        "_stop_in_reasoning",
+        "_id_tags",
+        "_matchers",
+        "_kinds",
+        "_mode",
+        "_ac",
+        "_ac_state",
+        "_pending",
+        "_tool_index",
+        "_tool_body",
+        "_log",
+        "_finish_reason",
+        "_stop_reason",
+        "_n_out",
+        "_skip_special",
+        "_size",
+        "_done",
+    )
+
+    # --- construction ------------------------------------------------------------------
+
+    @classmethod
+    def from_tokenizer(
+        cls,
+        tokenizer: Any,
+        *,
+        prompt_ids: Sequence[int] = (),
+        skip_special_tokens: bool = False,
+        spaces_between_special_tokens: bool = True,
+        stop: str | Iterable[str] | None = (),
+        stop_token_ids: Iterable[int] | None = (),
+        eos_token_ids: Iterable[int] | None = None,
+        include_stop_str_in_output: bool = False,
+        min_tokens: int = 0,
+        max_tokens: int | None = None,
+        tags: TagSet | str | None = None,
+        reasoning: Reasoning = "separate",
+        stop_in_reasoning: bool = False,
+        request_id: str | None = None,
+    ) -> "DetokenizerState":
+        """Start a stream on ``tokenizer`` (transformers, ``tokenizers.Tokenizer``, a
+        :class:`TokenTable`, or anything with ``decode(ids)``).
+
+        ``eos_token_ids`` defaults to the tokenizer's own EOS ids; pass ``()`` to ignore EOS.
+        ``spaces_between_special_tokens`` reaches only tokenizers whose decode takes it
+        (slow SentencePiece tokenizers); tokenizers-backed ones ignore it, as their decode does.
+        """
+        if reasoning not in ("separate", "strip", "inline"):
+            raise ValueError(f"reasoning must be 'separate', 'strip' or 'inline', not {reasoning!r}")
+        if isinstance(tags, str):
+            tags = TagSet.preset(tags)
+        self = cls.__new__(cls)
+        self.request_id = request_id
+        self._skip_special = skip_special_tokens
+        table, why = build_table(tokenizer)
+        if table is None and not callable(getattr(tokenizer, "decode", None)):
+            raise UnsupportedTokenizerError(
+                f"{type(tokenizer).__name__} is not a transformers or tokenizers tokenizer, a "
+                "TokenTable, or an object with decode(ids): detok-plugin cannot read it"
+            )
+        prompt = [_as_id(v, i - len(prompt_ids), request_id) for i, v in enumerate(prompt_ids)]
+        if table is not None:
+            self._vocab = table.pieces
+            self._size = len(table.pieces)
+            for i, tid in enumerate(prompt):
+                self._check_range(tid, i - len(prompt))
+            dec: StreamDecoder
+            if table.family == "byte_level":
+                dec = ByteLevelStream(table, skip_special_tokens=skip_special_tokens)
+            else:
+                dec = SentencePieceStream(table, skip_special_tokens=skip_special_tokens)
+            prompt_text = dec.feed(prompt) if prompt else ""
+            # decode(prompt) renders a held tail as final: its characters stand where the
+            # output's first characters will, so the output starts that many characters in.
+            self._skip_chars = len(dec.peek_final())
+            tail = decode_with_table(table, prompt[-16:])
+            eos_default: tuple[int, ...] = table.eos_token_ids
+        else:
+            self._vocab = None
+            size = _vocab_size(tokenizer)
+            self._size = size
+            for i, tid in enumerate(prompt):
+                self._check_range(tid, i - len(prompt))
+            decode_kwargs: dict[str, Any] = {"skip_special_tokens": skip_special_tokens}
+            if _takes_kwarg(tokenizer, "spaces_between_special_tokens"):
+                decode_kwargs["spaces_between_special_tokens"] = spaces_between_special_tokens
+
+            def decode(ids: list[int], _d=tokenizer.decode, _k=decode_kwargs) -> str:
+                return _d(ids, **_k)
+
+            dec = GenericStream(decode, prompt, cleanup=bool(getattr(tokenizer, "clean_up_tokenization_spaces", False)))
+            self._skip_chars = 0
+            tail = tokenizer.decode(prompt[-16:]) if prompt else ""
+            eos_default = _eos_of(tokenizer)
+            self._size = size
+        self.path = dec.path
+        self.why = why
+        self._dec = dec
+        self.token_ids: list[int] = []
+        self._n_out = 0
+        self._done = False
+
+        # Stop conditions.
+        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        self._stop = stops
+        self._eos_ids = frozenset(eos_default if eos_token_ids is None else eos_token_ids)
+        self._stop_ids = frozenset(stop_token_ids or ()) | self._eos_ids
+        self._include_stop = include_stop_str_in_output
+        self._min_tokens = min_tokens
+        self._max_tokens = max_tokens
+        self._finish_reason: FinishReason | None = None
+        self._stop_reason: str | int | None = None
+
+        # Tags and channels: one automaton per channel, over the patterns live in it.
+        self._tags = tags
+        self._reasoning_mode = reasoning
+        self._stop_in_reasoning = stop_in_reasoning
+        self._kinds: list[list[tuple[str, str]]] = [[], [], []]
+        for s in stops:
+            self._kinds[_CONTENT].append(("stop", s))
+            if stop_in_reasoning:
+                self._kinds[_REASONING].append(("stop", s))
+        if tags is not None:
+            if tags.reasoning_open and tags.reasoning_close:
+                self._kinds[_CONTENT].append(("r_open", tags.reasoning_open))
+                self._kinds[_CONTENT].append(("r_close", tags.reasoning_close))
+                self._kinds[_REASONING].append(("r_close", tags.reasoning_close))
+            if tags.tool_open:
+                self._kinds[_CONTENT].append(("t_open", tags.tool_open))
+                if tags.tool_close:
+                    self._kinds[_TOOL].append(("t_close", tags.tool_close))
+        self._matchers = tuple(
+            Matcher.build(tuple(p for _, p in kinds)) if kinds else None for kinds in self._kinds
+        )
+        self._id_tags = _id_tags(tokenizer, tags, skip_special_tokens) if tags is not None else {}
+        self._mode = _CONTENT
+        if tags is not None and tags.reasoning_open and tags.reasoning_close:
+            # A template that ends inside an open reasoning block (``<think>\n``) starts the
+            # stream in reasoning.
+            t = tail.rstrip()
+            if t.endswith(tags.reasoning_open):
+                self._mode = _REASONING
+        self._ac = self._matchers[self._mode]
+        self._ac_state = 0
+        self._pending = ""
+        self._tool_index = -1
+        self._tool_body: list[str] = []
+        self._log: list[Segment] = []
+        if tags is not None and self._mode == _REASONING:
+            self._log.append(Segment("tag", ""))  # the open tag lives in the prompt
+        return self
+
+    # --- the verbs ---------------------------------------------------------------------
+
+    def push(self, ids: int | Sequence[int]) -> Delta:
+        """Add one id or several (a speculative step); return what is now settled."""
+        if self._done:
+            raise StreamFinishedError(self._n_out, self.request_id, self._finish_reason or "finish() was called")
+        if isinstance(ids, int) and not isinstance(ids, bool):
+            batch: Sequence[Any] = (ids,)
+        elif isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise TokenTypeError(ids, self._n_out, self.request_id)
+        else:
+            batch = ids if isinstance(ids, (list, tuple)) else list(ids)
+        base = self._n_out
+        checked = [_as_id(v, base + k, self.request_id) for k, v in enumerate(batch)]
+        for k, tid in enumerate(checked):
+            self._check_range(tid, base + k)
+        out = _Out()
+        consumed = 0
+        for tid in checked:
+            consumed += 1
+            self._n_out += 1
+            self.token_ids.append(tid)
+            stop_token = tid in self._stop_ids and self._n_out > self._min_tokens
+            if not stop_token or self._include_stop:
+                if tid in self._id_tags:
+                    self._id_tag(self._id_tags[tid], out)
+                text = self._dec.feed((tid,))
+                if self._skip_chars and text:
+                    cut = min(self._skip_chars, len(text))
+                    self._skip_chars -= cut
+                    text = text[cut:]
+                if text:
+                    self._take(text, out)
+            if self._finish_reason is not None:
+                break
+            if stop_token:
+                self._finish_reason = "stop"
+                self._stop_reason = None if tid in self._eos_ids else tid
+                break
+            if self._max_tokens is not None and self._n_out >= self._max_tokens:
+                self._finish_reason = "length"
+                break
+        if self._finish_reason is not None:
+            self._close(out)
+        return self._delta(out, consumed)
+
+    def finish(self) -> Delta:
+        """End the stream: release everything held, rendered as the final decode renders it."""
+        if self._done and self._finish_reason is None:
+            raise StreamFinishedError(self._n_out, self.request_id, "finish() was called")
+        if self._done:  # a stop already closed the stream: nothing more to release
+            if self._dec is None:
+                raise StreamFinishedError(self._n_out, self.request_id, "finish() was called")
+            self._dec = None  # type: ignore[assignment]
+            return self._delta(_Out(), 0)
+        out = _Out()
+        self._close(out)
+        self._dec = None  # type: ignore[assignment]
+        return self._delta(out, 0)
+
+    @property
+    def finished(self) -> bool:
+        """True after a stop condition or finish(): no further push is accepted."""
+        return self._done
+
+    @property
+    def finish_reason(self) -> FinishReason | None:
+        return self._finish_reason
+
+    @property
+    def stop_reason(self) -> str | int | None:
+        return self._stop_reason
+
+    @property
+    def held(self) -> str:
+        """Text settled by the decoder but held back because a stop or tag may be forming."""
+        return self._pending
+
+    def log(self) -> list[Segment]:
+        """The lossless log, adjacent pieces of one channel merged."""
+        merged: list[Segment] = []
+        for seg in self._log:
+            if merged and merged[-1].channel == seg.channel and seg.channel != "tag":
+                merged[-1] = Segment(seg.channel, merged[-1].text + seg.text)
+            elif seg.text or seg.channel == "tag":
+                merged.append(seg)
+        return [s for s in merged if s.text]
+
+    # --- internals ---------------------------------------------------------------------
+
+    def _check_range(self, tid: int, position: int) -> None:
+        vocab = self._vocab
+        if not 0 <= tid < self._size or (vocab is not None and vocab[tid] is None):
+            raise TokenIdError(tid, position, self._size, self.request_id)
+
+    def _delta(self, out: _Out, consumed: int) -> Delta:
+        return Delta(
+            "".join(out.text),
+            "".join(out.reasoning),
+            tuple(out.tools),
+            self._finish_reason,
+            self._stop_reason,
+            consumed,
+        )
+
+    def _emit(self, text: str, out: _Out) -> None:
+        """Send settled, unheld text to the current channel."""
+        if not text:
+            return
+        mode = self._mode
+        if mode == _CONTENT:
+            out.text.append(text)
+            self._log.append(Segment("content", text))
+        elif mode == _REASONING:
+            self._log.append(Segment("reasoning", text))
+            if self._reasoning_mode == "separate":
+                out.reasoning.append(text)
+            elif self._reasoning_mode == "inline":
+                out.text.append(text)
+        else:
+            self._tool_body.append(text)
+            self._log.append(Segment("tool", text))
+            out.tools.append(ToolCall(self._tool_index, text))
+
+    def _tag_text(self, tag: str, out: _Out) -> None:
+        self._log.append(Segment("tag", tag))
+        if self._reasoning_mode == "inline" and tag and (
+            self._tags is not None and tag in (self._tags.reasoning_open, self._tags.reasoning_close)
+        ):
+            out.text.append(tag)
+
+    def _take(self, text: str, out: _Out) -> None:
+        """Scan new settled text; emit up to the safe boundary; act on complete matches."""
+        while text:
+            ac = self._ac
+            if ac is None:
+                self._emit(text, out)
+                return
+            state, hit = ac.scan(self._ac_state, text)
+            if hit is None:
+                self._ac_state = state
+                buf = self._pending + text
+                hold = ac.depth[state]
+                self._emit(buf[: len(buf) - hold], out)
+                self._pending = buf[len(buf) - hold :]
+                return
+            index, end = hit
+            kind, pattern = self._kinds[self._mode][index]
+            buf = self._pending + text[:end]
+            before = buf[: len(buf) - len(pattern)]
+            rest = text[end:]
+            if kind == "stop" and self._n_out <= self._min_tokens:
+                # Too early to stop: keep scanning from here as if nothing matched.
+                self._ac_state = state
+                hold = ac.depth[state]
+                self._emit(buf[: len(buf) - hold], out)
+                self._pending = buf[len(buf) - hold :]
+                text = rest
+                continue
+            self._emit(before, out)
+            self._pending = ""
+            self._ac_state = 0
+            if kind == "stop":
+                if self._include_stop:
+                    self._emit(pattern, out)
+                self._log.append(Segment("stop", "" if self._include_stop else pattern))
+                self._finish_reason = "stop"
+                self._stop_reason = pattern
+                return
+            self._switch(kind, pattern, out)
+            text = rest
+
+    def _switch(self, kind: str, pattern: str, out: _Out) -> None:
+        if kind == "r_open":
+            self._tag_text(pattern, out)
+            self._set_mode(_REASONING)
+        elif kind == "r_close":
+            self._tag_text(pattern, out)  # a stray close in content is dropped from content
+            self._set_mode(_CONTENT)
+        elif kind == "t_open":
+            self._tag_text(pattern, out)
+            self._tool_index += 1
+            self._tool_body = []
+            self._set_mode(_TOOL)
+        elif kind == "t_close":
+            self._tag_text(pattern, out)
+            self._end_tool(out)
+            self._set_mode(_CONTENT)
+
+    def _set_mode(self, mode: int) -> None:
+        self._mode = mode
+        self._ac = self._matchers[mode]
+        self._ac_state = 0
+
+    def _id_tag(self, kind_pattern: tuple[str, str], out: _Out) -> None:
+        """A tag token that skip_special_tokens removes from the text: act on its id."""
+        kind, pattern = kind_pattern
+        if self._mode != _CONTENT and kind == "t_open":
+            return
+        # Text held so far cannot join with a tag that has no text: release it.
+        self._emit(self._pending, out)
+        self._pending = ""
+        self._switch(kind, "", out)
+
+    def _end_tool(self, out: _Out, *, unterminated: bool = False) -> None:
+        assert self._tags is not None
+        body = "".join(self._tool_body)
+        self._tool_body = []
+        first = self._tool_index
+        if unterminated and self._tags.tool_close is not None:
+            out.tools.append(
+                ToolCall(first, complete=True, error=f"stream ended before {self._tags.tool_close}")
+            )
+            return
+        try:
+            calls = parse_tool_body(body.strip(), self._tags.tool_format)
+        except (ValueError, TypeError) as exc:
+            out.tools.append(ToolCall(first, complete=True, error=f"malformed tool call: {exc}"))
+            return
+        for k, (name, args) in enumerate(calls):
+            out.tools.append(ToolCall(first + k, name=name, arguments=args, complete=True))
+        self._tool_index = first + len(calls) - 1
+
+    def _close(self, out: _Out) -> None:
+        """Flush the decoder and everything held; finish an open tool call."""
+        stopped_by_string = self._finish_reason == "stop" and isinstance(self._stop_reason, str)
+        if not stopped_by_string:
+            text = self._dec.flush()
+            if self._skip_chars and text:
+                cut = min(self._skip_chars, len(text))
+                self._skip_chars -= cut
+                text = text[cut:]
+            if text:
+                self._take(text, out)
+        if self._finish_reason == "stop" and isinstance(self._stop_reason, str):
+            pass  # a stop string matched: what followed it is cut
+        else:
+            self._emit(self._pending, out)
+            self._pending = ""
+        if self._mode == _TOOL:
+            self._end_tool(out, unterminated=True)
+            self._set_mode(_CONTENT)
+        self._done = True
+
+
+def _vocab_size(tokenizer: Any) -> int:
+    try:
+        return len(tokenizer)
+    except TypeError:
+        size = getattr(tokenizer, "vocab_size", None)
+        if isinstance(size, int):
+            return size
+    return 1 << 62
+
+
+def _takes_kwarg(tokenizer: Any, name: str) -> bool:
+    import inspect
+
+    for fn in (getattr(tokenizer, "_decode", None), getattr(tokenizer, "decode", None)):
+        if fn is None:
+            continue
+        try:
+            if name in inspect.signature(fn).parameters:
+                return True
+        except (TypeError, ValueError):
+            continue
+    return False
+
+
+def _eos_of(tokenizer: Any) -> tuple[int, ...]:
+    v = getattr(tokenizer, "eos_token_id", None)
+    if isinstance(v, int):
+        return (v,)
+    if isinstance(v, (list, tuple)):
+        return tuple(int(x) for x in v)
+    return ()
+
+
+def _id_tags(tokenizer: Any, tags: TagSet, skip_special: bool) -> dict[int, tuple[str, str]]:
+    """Tag tokens whose text the decode drops (special tokens under skip_special_tokens)."""
+    if not skip_special:
+        return {}
+    table, _ = build_table(tokenizer)
+    if table is None:
+        return {}
+    by_text = {content: i for i, content, special in table.added_tokens if special}
+    found: dict[int, tuple[str, str]] = {}
+    for kind, text in (
+        ("r_open", tags.reasoning_open),
+        ("r_close", tags.reasoning_close),
+        ("t_open", tags.tool_open),
+        ("t_close", tags.tool_close),
+    ):
+        if text and text in by_text:
+            found[by_text[text]] = (kind, text)
+    return found

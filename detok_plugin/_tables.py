@@ -1,0 +1,275 @@
+"""Token tables: what each token id contributes to the decoded text, per tokenizer family.
+
+A table is built once per tokenizer, verified against the tokenizer's own ``decode`` and
+cached; every stream on that tokenizer shares it (it is immutable, so threads may share it).
+
+Families:
+
+* ``byte_level``: GPT-2's byte-to-unicode map (Qwen, DeepSeek, SmolLM2, Llama 3, ...).
+  A token is a byte string; the text is ``b"".join(pieces).decode("utf-8", "replace")``,
+  which is what ``tokenizers``' ``ByteLevel`` decoder computes (``from_utf8_lossy``).
+* ``sentencepiece``: ``Replace(▁, " ") + ByteFallback + Fuse + Strip(" ", 1, 0)``
+  (Llama 2, Mistral v1/v2/v3 SentencePiece). ``<0xNN>`` pieces are bytes; a run of byte
+  pieces decodes as UTF-8 when the whole run is valid, otherwise to one U+FFFD per byte
+  piece; one leading space of the whole text is stripped.
+
+Anything else takes the generic, decode-based path (see ``_decoders.GenericStream``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Family", "TokenTable", "build_table", "decode_with_table"]
+
+Family = Literal["byte_level", "sentencepiece", "generic"]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenTable:
+    """One tokenizer's id -> piece table, immutable and shared by every stream.
+
+    ``pieces[i]`` is ``bytes`` (byte_level) or ``str`` with ``▁`` already replaced
+    (sentencepiece); ``None`` marks a hole in the id space. ``byte_values[i]`` is the byte
+    of a ``<0xNN>`` piece and -1 otherwise (sentencepiece only).
+    """
+
+    family: Literal["byte_level", "sentencepiece"]
+    pieces: tuple[Any, ...]
+    special_ids: frozenset[int]
+    byte_values: tuple[int, ...] = ()
+    strip_leading_space: bool = False
+    name: str = ""
+    eos_token_ids: tuple[int, ...] = ()
+    added_tokens: tuple[tuple[int, str, bool], ...] = field(default=(), repr=False)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.pieces)
+
+
+def decode_with_table(table: TokenTable, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
+    """Decode ``ids`` in one go, exactly as the table's tokenizer would (the reference)."""
+    skip = table.special_ids if skip_special_tokens else frozenset()
+    kept = [i for i in ids if i not in skip]
+    if table.family == "byte_level":
+        return b"".join(table.pieces[i] for i in kept).decode("utf-8", "replace")
+    out: list[str] = []
+    run = bytearray()
+    count = 0
+
+    def close() -> None:
+        nonlocal count
+        if count:
+            try:
+                out.append(bytes(run).decode("utf-8"))
+            except UnicodeDecodeError:
+                out.append("\ufffd" * count)
+            run.clear()
+            count = 0
+
+    for i in kept:
+        b = table.byte_values[i]
+        if b >= 0:
+            run.append(b)
+            count += 1
+        else:
+            close()
+            out.append(table.pieces[i])
+    close()
+    text = "".join(out)
+    if table.strip_leading_space and text.startswith(" "):
+        text = text[1:]
+    return text
+
+
+# --- building -------------------------------------------------------------------------
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    bs += list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, (chr(c) for c in cs)))
+
+
+_UNICODE_TO_BYTE = {c: b for b, c in _bytes_to_unicode().items()}
+
+
+def _backend_of(tokenizer: Any) -> Any | None:
+    """The ``tokenizers.Tokenizer`` behind a transformers tokenizer, or the object itself."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return backend
+    if all(hasattr(tokenizer, a) for a in ("get_vocab", "get_added_tokens_decoder", "decoder", "decode")):
+        return tokenizer
+    return None
+
+
+def _applies_cleanup(tokenizer: Any, backend: Any) -> bool:
+    """Whether transformers' decode rewrites spaces after the backend decode (5.x rule)."""
+    if tokenizer is backend or not getattr(tokenizer, "clean_up_tokenization_spaces", False):
+        return False
+    is_bpe = type(backend.model).__name__ == "BPE"
+    force = getattr(tokenizer, "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output", False)
+    return not is_bpe or bool(force)
+
+
+def _sentencepiece_shape(decoder: dict[str, Any]) -> tuple[str, bool] | None:
+    """(replacement char, strips one leading space) for Replace+ByteFallback+Fuse[+Strip]."""
+    if decoder.get("type") != "Sequence":
+        return None
+    steps = decoder.get("decoders", [])
+    kinds = [d.get("type") for d in steps]
+    if kinds not in (["Replace", "ByteFallback", "Fuse"], ["Replace", "ByteFallback", "Fuse", "Strip"]):
+        return None
+    rep = steps[0]
+    if rep.get("content") != " " or set(rep.get("pattern", {})) != {"String"}:
+        return None
+    strip = False
+    if len(steps) == 4:
+        s = steps[3]
+        if s.get("content") != " " or s.get("stop", 0) != 0 or s.get("start") not in (0, 1):
+            return None
+        strip = s.get("start") == 1
+    return rep["pattern"]["String"], strip
+
+
+def _eos_ids(tokenizer: Any) -> tuple[int, ...]:
+    ids: list[int] = []
+    for attr in ("eos_token_id",):
+        v = getattr(tokenizer, attr, None)
+        if isinstance(v, int):
+            ids.append(v)
+        elif isinstance(v, (list, tuple)):
+            ids.extend(int(x) for x in v)
+    gen = getattr(tokenizer, "generation_eos_token_ids", None)
+    if isinstance(gen, (list, tuple)):
+        ids.extend(int(x) for x in gen)
+    return tuple(dict.fromkeys(ids))
+
+
+def _try_build(tokenizer: Any) -> tuple[TokenTable | None, str]:
+    backend = _backend_of(tokenizer)
+    if backend is None:
+        return None, "no tokenizers backend (decode-only tokenizer)"
+    if _applies_cleanup(tokenizer, backend):
+        return None, "decode applies clean_up_tokenization_spaces"
+    if backend.decoder is None:
+        return None, "backend has no decoder"
+    try:
+        decoder = json.loads(backend.decoder.__getstate__())
+    except Exception as exc:  # a backend without a serialisable decoder
+        return None, f"decoder not readable ({type(exc).__name__})"
+    vocab: dict[str, int] = backend.get_vocab(with_added_tokens=True)
+    size = max(vocab.values()) + 1 if vocab else 0
+    added = backend.get_added_tokens_decoder()
+    special = frozenset(i for i, t in added.items() if t.special)
+    added_tokens = tuple(sorted((i, t.content, bool(t.special)) for i, t in added.items()))
+    name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+    eos = _eos_ids(tokenizer)
+    if decoder.get("type") == "ByteLevel":
+        pieces: list[bytes | None] = [None] * size
+        for tok, i in vocab.items():
+            try:
+                pieces[i] = bytes(_UNICODE_TO_BYTE[c] for c in tok)
+            except KeyError:  # a character outside the map: tokenizers keeps the raw UTF-8
+                pieces[i] = tok.encode("utf-8")
+        return (
+            TokenTable("byte_level", tuple(pieces), special, name=name, eos_token_ids=eos, added_tokens=added_tokens),
+            "decoder is ByteLevel",
+        )
+    shape = _sentencepiece_shape(decoder)
+    if shape is not None:
+        marker, strip = shape
+        texts: list[str | None] = [None] * size
+        byte_values = [-1] * size
+        for tok, i in vocab.items():
+            t = tok.replace(marker, " ")
+            texts[i] = t
+            if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+                try:
+                    byte_values[i] = int(t[3:5], 16)
+                except ValueError:
+                    pass
+        return (
+            TokenTable(
+                "sentencepiece",
+                tuple(texts),
+                special,
+                byte_values=tuple(byte_values),
+                strip_leading_space=strip,
+                name=name,
+                eos_token_ids=eos,
+                added_tokens=added_tokens,
+            ),
+            "decoder is Replace+ByteFallback+Fuse" + ("+Strip" if strip else ""),
+        )
+    return None, f"decoder {decoder.get('type')!r} has no table path"
+
+
+def _verify(table: TokenTable, decode: Callable[..., str]) -> str | None:
+    """Compare the table's decode with the tokenizer's own on a fixed sample; None if equal."""
+    rng = random.Random(20261121)
+    valid = [i for i in range(table.vocab_size) if table.pieces[i] is not None]
+    if not valid:
+        return "empty vocabulary"
+    cases: list[list[int]] = [[i] for i, _, _ in table.added_tokens[:512]]
+    cases += [[rng.choice(valid), i, rng.choice(valid)] for i, _, _ in table.added_tokens[:512]]
+    if table.family == "sentencepiece":
+        bytes_ids = [i for i, b in enumerate(table.byte_values) if b >= 0]
+        if bytes_ids:
+            cases += [[rng.choice(bytes_ids) for _ in range(rng.randint(1, 6))] for _ in range(32)]
+    cases += [[rng.choice(valid) for _ in range(rng.randint(1, 12))] for _ in range(96)]
+    for ids in cases:
+        for skip in (False, True):
+            want = decode(ids, skip_special_tokens=skip)
+            got = decode_with_table(table, ids, skip_special_tokens=skip)
+            if want != got:
+                return f"table decode differs from tokenizer.decode on {ids} (skip_special_tokens={skip})"
+    return None
+
+
+_cache_lock = threading.Lock()
+_weak_cache: "weakref.WeakKeyDictionary[Any, tuple[TokenTable | None, str]]" = weakref.WeakKeyDictionary()
+_strong_cache: dict[int, tuple[Any, tuple[TokenTable | None, str]]] = {}
+
+
+def build_table(tokenizer: Any) -> tuple[TokenTable | None, str]:
+    """The verified table for ``tokenizer`` (cached), or ``(None, why)`` for the generic path."""
+    if isinstance(tokenizer, TokenTable):
+        return tokenizer, "prebuilt table"
+    with _cache_lock:
+        try:
+            hit = _weak_cache.get(tokenizer)
+        except TypeError:
+            entry = _strong_cache.get(id(tokenizer))
+            hit = entry[1] if entry is not None and entry[0] is tokenizer else None
+        if hit is not None:
+            return hit
+        table, why = _try_build(tokenizer)
+        if table is not None:
+            mismatch = _verify(table, tokenizer.decode)
+            if mismatch is not None:
+                table, why = None, mismatch
+        result = (table, why)
+        try:
+            _weak_cache[tokenizer] = result
+        except TypeError:
+            if len(_strong_cache) >= 32:
+                _strong_cache.pop(next(iter(_strong_cache)))
+            _strong_cache[id(tokenizer)] = (tokenizer, result)
+        return result

