@@ -1,0 +1,54 @@
+"""Shared fixtures: real tokenizers built offline once per session, and settings."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import tokenizer_zoo  # noqa: E402
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+#: Property-test budget per test, read in one place (README: DETOK_HYPOTHESIS_EXAMPLES).
+EXAMPLES = int(os.environ.get("DETOK_HYPOTHESIS_EXAMPLES", "100"))
+settings.register_profile(
+    "detok",
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    derandomize=bool(os.environ.get("CI")),
+)
+settings.load_profile("detok")
+
+TOKENIZER_PARAMS = [pytest.param(name, id=name) for name in tokenizer_zoo.NAMES]
+
+
+@pytest.fixture(scope="session")
+def load_tokenizer():
+    """``load_tokenizer(name)`` -> the real, cached transformers tokenizer."""
+    return tokenizer_zoo.load
+
+
+@pytest.fixture(scope="session", params=TOKENIZER_PARAMS)
+def real_tokenizer(request):
+    """Each real tokenizer in turn (qwen3, deepseek_v3, mistral_v1, smollm2)."""
+    return tokenizer_zoo.load(request.param)
+
+
+@pytest.fixture(scope="session")
+def qwen3():
+    return tokenizer_zoo.load("qwen3")
+
+
+@pytest.fixture(scope="session")
+def mistral_v1():
+    return tokenizer_zoo.load("mistral_v1")
+
+
+def pytest_report_header(config):
+    return f"detok-plugin: {EXAMPLES} hypothesis examples per property test (DETOK_HYPOTHESIS_EXAMPLES)"
