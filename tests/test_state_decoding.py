@@ -1,0 +1,295 @@
+"""DetokenizerState on real tokenizers: exactness, promptness, goldens, bad input."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, strategies as st
+
+from detok_plugin import (
+    DetokenizerState,
+    IncrementalDetokenizer,
+    StreamFinishedError,
+    TokenIdError,
+    TokenTypeError,
+    build_table,
+)
+from helpers import MULTILINGUAL, expected, probe_ids, settled, stream
+
+
+def _chunk(ids: list[int], cuts: list[int]) -> list[list[int]]:
+    points = sorted({c % (len(ids) + 1) for c in cuts} | {0, len(ids)})
+    return [ids[a:b] for a, b in zip(points, points[1:])]
+
+
+def test_family_detected(real_tokenizer):
+    s = DetokenizerState.from_tokenizer(real_tokenizer)
+    want = "sentencepiece" if "Llama" in type(real_tokenizer).__name__ else "byte_level"
+    assert s.path == want, s.why
+
+
+@given(data=st.data())
+def test_real_text_any_cut_any_chunking(real_tokenizer, data):
+    """Real text in many scripts, cut anywhere into prompt and output, pushed in chunks."""
+    tok = real_tokenizer
+    text = "".join(data.draw(st.lists(st.sampled_from(MULTILINGUAL), min_size=1, max_size=3)))
+    ids = tok.encode(text, add_special_tokens=False)
+    cut = data.draw(st.integers(0, len(ids)))
+    prompt, out = ids[:cut], ids[cut:]
+    chunks = _chunk(out, data.draw(st.lists(st.integers(0, 400), max_size=8)))
+    skip = data.draw(st.booleans())
+    got = stream(tok, prompt, chunks, skip_special_tokens=skip)
+    assert "".join(got) == expected(tok, prompt, out, skip)
+
+
+@given(data=st.data())
+def test_random_ids_whole_vocabulary(real_tokenizer, data):
+    """Random ids, specials and byte tokens included: the harshest stream there is."""
+    tok = real_tokenizer
+    table, _ = build_table(tok)
+    n = table.vocab_size
+    special = sorted(table.special_ids)
+    byte_ids = (
+        [i for i, p in enumerate(table.pieces) if p is not None and len(p) == 1]
+        if table.family == "byte_level"
+        else [i for i, b in enumerate(table.byte_values) if b >= 0]
+    )
+    any_id = st.one_of(st.integers(0, n - 1), st.sampled_from(special), st.sampled_from(byte_ids))
+    prompt = data.draw(st.lists(any_id, max_size=6))
+    out = data.draw(st.lists(any_id, max_size=16))
+    chunks = _chunk(out, data.draw(st.lists(st.integers(0, 40), max_size=6)))
+    skip = data.draw(st.booleans())
+    got = stream(tok, prompt, chunks, skip_special_tokens=skip)
+    assert "".join(got) == expected(tok, prompt, out, skip)
+
+
+@given(data=st.data())
+def test_prompt_every_character_leaves_at_its_token(real_tokenizer, data):
+    """Invariant 2: after each push the stream has emitted exactly the settled text."""
+    tok = real_tokenizer
+    probes = probe_ids(tok)
+    table, _ = build_table(tok)
+    byte_ids = (
+        [i for i, p in enumerate(table.pieces) if p is not None and len(p) == 1]
+        if table.family == "byte_level"
+        else [i for i, b in enumerate(table.byte_values) if b >= 0]
+    )
+    if data.draw(st.booleans()):
+        ids = tok.encode(data.draw(st.sampled_from(MULTILINGUAL)), add_special_tokens=False)[:20]
+        cut = data.draw(st.integers(0, len(ids)))
+        prompt, out = ids[:cut], ids[cut:]
+    else:
+        any_id = st.one_of(st.integers(0, table.vocab_size - 1), st.sampled_from(byte_ids))
+        prompt = data.draw(st.lists(any_id, max_size=4))
+        out = data.draw(st.lists(any_id, max_size=10))
+    skip = data.draw(st.booleans())
+    s = DetokenizerState.from_tokenizer(tok, prompt_ids=prompt, skip_special_tokens=skip, eos_token_ids=())
+    emitted = ""
+    for k, tid in enumerate(out):
+        piece = s.push(tid).text
+        emitted += piece
+        assert emitted == settled(tok, prompt, out[: k + 1], probes, skip), (prompt, out[: k + 1])
+        if "\ufffd" in piece:
+            # A U+FFFD leaves only where the final decode of every continuation has it.
+            assert emitted == settled(tok, prompt, out[: k + 1], probes, skip)
+    assert emitted + s.finish().text == expected(tok, prompt, out, skip)
+
+
+# --- goldens --------------------------------------------------------------------------
+
+
+def test_golden_qwen3_shaking_face_leaves_at_third_token(qwen3):
+    assert qwen3.encode("🫨", add_special_tokens=False) == [9284, 104, 101]
+    assert [qwen3.decode([i]) for i in (9284, 104, 101)] == ["\ufffd"] * 3
+    d = IncrementalDetokenizer(qwen3, [])
+    assert [d.push(9284), d.push(104), d.push(101), d.flush()] == ["", "", "🫨", ""]
+
+
+def test_golden_ni_split_in_two(qwen3):
+    table, _ = build_table(qwen3)
+    first = table.pieces.index(b"\xe4\xbd")
+    second = table.pieces.index(b"\xa0")
+    assert qwen3.decode([first, second]) == "你"
+    d = IncrementalDetokenizer(qwen3, [])
+    assert [d.push(first), d.push(second)] == ["", "你"]
+
+
+@pytest.mark.parametrize(
+    "text", ["👨‍👩‍👧‍👦", "こんにちは、ひらがな", "مرحبا بالعالم"], ids=["zwj-family", "kana", "arabic"]
+)
+def test_golden_scripts_stream_clean(real_tokenizer, text):
+    tok = real_tokenizer
+    ids = tok.encode(text, add_special_tokens=False)
+    d = IncrementalDetokenizer(tok, [])
+    pieces = [d.push(i) for i in ids] + [d.flush()]
+    assert "".join(pieces) == tok.decode(ids)
+    assert not any("\ufffd" in p for p in pieces)
+    assert pieces[-1] == "" or tok.decode(ids).endswith(pieces[-1])
+
+
+def test_golden_zwj_family_per_token_decode_fails_but_stream_does_not(qwen3):
+    ids = qwen3.encode("👨‍👩‍👧‍👦", add_special_tokens=False)
+    assert any("\ufffd" in qwen3.decode([i]) for i in ids)  # the bug we exist to fix
+    d = IncrementalDetokenizer(qwen3, [])
+    assert "".join(d.push(i) for i in ids) == "👨‍👩‍👧‍👦"
+
+
+def test_golden_sentencepiece_byte_fallback_emoji_at_start(mistral_v1):
+    """Mistral v1 spells 🫨 as four <0xNN> pieces after ▁; the leading space is stripped.
+
+    The run is released when the next non-byte piece closes it: ByteFallback renders a
+    whole run as U+FFFD per byte if a later byte is invalid, so it cannot leave earlier.
+    """
+    ids = mistral_v1.encode("🫨 hi", add_special_tokens=False)
+    assert ids[:5] == [28705, 243, 162, 174, 171]
+    d = IncrementalDetokenizer(mistral_v1, [])
+    pieces = [d.push(i) for i in ids]
+    assert pieces[:5] == ["", "", "", "", ""]
+    assert pieces[5] == "🫨 hi" and mistral_v1.decode(ids) == "🫨 hi"
+    # An invalid byte in the run makes every byte piece U+FFFD, as the tokenizer renders it.
+    bad = [243, 162, 174, 171, 255 + 3]
+    assert mistral_v1.decode(bad) == "\ufffd" * 5
+    d = IncrementalDetokenizer(mistral_v1, [])
+    assert "".join(d.push(i) for i in bad) == "\ufffd" * 5
+
+
+def test_certainly_invalid_bytes_leave_at_once(qwen3):
+    table, _ = build_table(qwen3)
+    lone = table.pieces.index(b"\x80")
+    lead = table.pieces.index(b"\xe4")
+    letter = table.pieces.index(b"a")
+    d = IncrementalDetokenizer(qwen3, [])
+    assert d.push(lone) == "\ufffd"  # a lone continuation byte is certain at once
+    assert d.push(lead) == ""  # a lead byte may still complete
+    assert d.push(letter) == "\ufffda"  # ... until a non-continuation arrives
+    assert qwen3.decode([lone, lead, letter]) == "\ufffd\ufffda"
+
+
+def test_prompt_ending_mid_character(qwen3):
+    """vLLM #48853: a prompt that ends inside a character must not leak prompt text."""
+    ids = qwen3.encode("Hello world 🫨!", add_special_tokens=False)
+    cut = ids.index(104)  # the prompt ends after the first byte token of 🫨
+    prompt, out = ids[:cut], ids[cut:]
+    got = stream(qwen3, prompt, [[i] for i in out])
+    assert "".join(got) == expected(qwen3, prompt, out)
+    assert "Hello" not in "".join(got)
+
+
+def test_sentencepiece_leading_space_rule_follows_the_prompt(mistral_v1):
+    """The decoder strips one leading space of the whole text, so only at the very start."""
+    the = mistral_v1.encode("The", add_special_tokens=False)  # [▁The]
+    assert stream(mistral_v1, [], [the])[0] == "The"
+    assert "".join(stream(mistral_v1, the, [the])) == " The"
+    # <s> is special: skipped, it leaves the text empty and the strip still applies.
+    assert "".join(stream(mistral_v1, [1], [the], skip_special_tokens=True)) == "The"
+    assert "".join(stream(mistral_v1, [1], [the], skip_special_tokens=False)) == " The"
+
+
+# --- bad input ------------------------------------------------------------------------
+
+
+def test_out_of_range_id_names_id_and_position(qwen3):
+    s = DetokenizerState.from_tokenizer(qwen3, request_id="req-7")
+    s.push([1, 2])
+    with pytest.raises(TokenIdError) as e:
+        s.push([3, 10**7])
+    assert e.value.token_id == 10**7 and e.value.position == 3 and "req-7" in str(e.value)
+    assert "10000000" in str(e.value) and "position 3" in str(e.value)
+    with pytest.raises(TokenIdError):
+        s.push(-1)
+    assert s.push(5).text == qwen3.decode([5])  # nothing was half-applied
+
+
+def test_bad_prompt_id_has_negative_position(qwen3):
+    with pytest.raises(TokenIdError) as e:
+        DetokenizerState.from_tokenizer(qwen3, prompt_ids=[1, 2**31, 3])
+    assert e.value.position == -2
+
+
+@pytest.mark.parametrize("value", ["a", 1.5, None, True, b"x"], ids=["str", "float", "none", "bool", "bytes"])
+def test_wrong_type_is_typed(qwen3, value):
+    s = DetokenizerState.from_tokenizer(qwen3)
+    with pytest.raises(TokenTypeError) as e:
+        s.push([1, value] if value is not None else value)
+    assert isinstance(e.value, TypeError)
+
+
+def test_numpy_like_integers_accepted(qwen3):
+    class Index:
+        def __init__(self, v):
+            self.v = v
+
+        def __index__(self):
+            return self.v
+
+    s = DetokenizerState.from_tokenizer(qwen3)
+    assert s.push([Index(i) for i in (9284, 104, 101)]).text == "🫨"
+
+
+def test_push_after_finish(qwen3):
+    s = DetokenizerState.from_tokenizer(qwen3)
+    s.push(1)
+    s.finish()
+    with pytest.raises(StreamFinishedError) as e:
+        s.push(2)
+    assert e.value.position == 1 and isinstance(e.value, RuntimeError)
+    with pytest.raises(StreamFinishedError):
+        s.finish()
+
+
+# --- the generic path -----------------------------------------------------------------
+
+
+class DecodeOnly:
+    """A tokenizer that offers only ``decode(ids)`` and ``len()``; records window sizes."""
+
+    def __init__(self, tok):
+        self.tok = tok
+        self.windows: list[int] = []
+
+    def __len__(self):
+        return len(self.tok)
+
+    def decode(self, ids, skip_special_tokens=False):
+        self.windows.append(len(ids))
+        return self.tok.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+@given(data=st.data())
+def test_generic_path_exact(real_tokenizer, data):
+    # The generic path is exact for decoders that are local (what one token adds depends on
+    # a few neighbours): byte-level BPE here. ByteFallback is not: it renders a whole byte
+    # run as U+FFFD when any byte of it is invalid, so a window that starts or ends inside
+    # a run sees other text. That is why SentencePiece has its own table path
+    # (docs/design.md, "The generic path").
+    if build_table(real_tokenizer)[0].family != "byte_level":
+        pytest.skip("ByteFallback decoding is not local; covered by the sentencepiece path")
+    tok = DecodeOnly(real_tokenizer)
+    if data.draw(st.booleans()):
+        ids = real_tokenizer.encode("".join(data.draw(st.lists(st.sampled_from(MULTILINGUAL), min_size=1, max_size=2))), add_special_tokens=False)
+    else:
+        ids = data.draw(st.lists(st.integers(0, len(tok) - 1), max_size=20))
+    cut = data.draw(st.integers(0, len(ids)))
+    prompt, out = ids[:cut], ids[cut:]
+    s = DetokenizerState.from_tokenizer(tok, prompt_ids=prompt, eos_token_ids=())
+    assert s.path == "generic"
+    got = "".join(s.push(i).text for i in out) + s.finish().text
+    assert got == expected(real_tokenizer, prompt, out)
+
+
+@pytest.mark.parametrize("kind", ["cjk", "random"])
+def test_generic_path_window_is_bounded(qwen3, kind):
+    """O(1): the decode window never grows with the stream, even on invalid bytes."""
+    rng = random.Random(7)
+    if kind == "cjk":
+        ids = qwen3.encode("你好世界こんにちは🫨👨‍👩‍👧‍👦" * 150, add_special_tokens=False)
+    else:
+        table, _ = build_table(qwen3)
+        byte_ids = [i for i, p in enumerate(table.pieces) if p is not None and len(p) == 1]
+        ids = [rng.choice(byte_ids) for _ in range(2000)]
+    tok = DecodeOnly(qwen3)
+    s = DetokenizerState.from_tokenizer(tok, eos_token_ids=())
+    got = "".join(s.push(i).text for i in ids) + s.finish().text
+    assert got == qwen3.decode(ids)
+    assert max(tok.windows) <= 16, max(tok.windows)
