@@ -1,0 +1,295 @@
+"""The one boundary rule: stop strings, tags and channels in the same stream (issue 3)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, strategies as st
+
+from detok_plugin import DetokenizerState, Segment, TagSet, TokenTable, build_table
+from helpers import MULTILINGUAL, expected, probe_ids, settled
+
+
+def table_of(*pieces: str | bytes, special: tuple[int, ...] = ()) -> TokenTable:
+    """A byte-level table whose token i is ``pieces[i]``: goldens choose exact splits."""
+    raw = tuple(p.encode() if isinstance(p, str) else p for p in pieces)
+    return TokenTable("byte_level", raw, frozenset(special), eos_token_ids=())
+
+
+def run(tok, ids, chunks=None, **kw):
+    kw.setdefault("eos_token_ids", ())
+    s = DetokenizerState.from_tokenizer(tok, **kw)
+    deltas = []
+    pushes = [[i] for i in ids] if chunks is None else chunks
+    for c in pushes:
+        d = s.push(c)
+        deltas.append(d)
+        if d.finished:
+            break
+    if not s.finished:
+        deltas.append(s.finish())
+    return s, deltas
+
+
+def joined(deltas, field="text"):
+    return "".join(getattr(d, field) for d in deltas)
+
+
+# --- stops: goldens -------------------------------------------------------------------
+
+
+def test_stop_split_over_three_tokens():
+    t = table_of("Hello", " ##", "#", "# tail", "x")
+    s, ds = run(t, [0, 1, 2, 3, 4], stop=["####"])
+    assert [d.text for d in ds] == ["Hello", " ", "", ""]
+    assert ds[-1].finish_reason == "stop" and ds[-1].stop_reason == "####"
+    assert s.token_ids == [0, 1, 2, 3]
+
+
+def test_stop_inside_one_token_with_text_after_it():
+    t = table_of("a", "b<END>c", "d")
+    _, ds = run(t, [0, 1, 2], stop=["<END>"])
+    assert joined(ds) == "ab" and ds[-1].stop_reason == "<END>"
+    _, ds = run(t, [0, 1, 2], stop=["<END>"], include_stop_str_in_output=True)
+    assert joined(ds) == "ab<END>"
+
+
+def test_overlapping_stops_earliest_completion_wins():
+    t = table_of("xabcd")
+    _, ds = run(t, [0], stop=["abcd", "bc"])
+    assert ds[-1].stop_reason == "bc" and joined(ds) == "xa"
+
+
+def test_stop_that_is_a_prefix_of_another():
+    t = table_of("one", "ab", "c")
+    _, ds = run(t, [0, 1, 2], stop=["abc", "ab"])
+    assert ds[-1].stop_reason == "ab" and joined(ds) == "one"
+
+
+def test_min_tokens_ignores_an_early_stop():
+    t = table_of("STOP", " then ", "STOP", "!")
+    _, ds = run(t, [0, 1, 2, 3], stop=["STOP"], min_tokens=2)
+    assert joined(ds) == "STOP then " and ds[-1].stop_reason == "STOP"
+
+
+def test_multi_token_push_consumes_up_to_the_stop():
+    t = table_of("a", "b", "<", "/s>", "c", "d")
+    s = DetokenizerState.from_tokenizer(t, stop=["</s>"], eos_token_ids=())
+    d = s.push([0, 1, 2, 3, 4, 5])
+    assert (d.text, d.consumed, d.finish_reason) == ("ab", 4, "stop")
+    assert s.token_ids == [0, 1, 2, 3]
+
+
+def test_stop_token_ids_and_eos():
+    t = table_of("a", "b", "<eos>", "<stop>")
+    s, ds = run(t, [0, 2, 1], eos_token_ids=[2])
+    assert joined(ds) == "a" and ds[-1].stop_reason is None and ds[-1].finish_reason == "stop"
+    s, ds = run(t, [0, 3, 1], stop_token_ids=[3], include_stop_str_in_output=True)
+    assert joined(ds) == "a<stop>" and ds[-1].stop_reason == 3
+    s, ds = run(t, [3, 0, 3], stop_token_ids=[3], min_tokens=1)
+    assert joined(ds) == "<stop>a" and ds[-1].stop_reason == 3
+
+
+def test_max_tokens_is_length():
+    t = table_of("a", "b", "c")
+    s, ds = run(t, [0, 1, 2], max_tokens=2)
+    assert joined(ds) == "ab" and ds[-1].finish_reason == "length"
+
+
+def test_zero_hold_without_a_partial_match(qwen3):
+    """vLLM #11089: text that never ends in a prefix of the stop is delayed by nothing."""
+    ids = qwen3.encode("".join(MULTILINGUAL[:5]), add_special_tokens=False)
+    _, plain = run(qwen3, ids)
+    _, stopped = run(qwen3, ids, stop=["\n\nUser:"])
+    assert [d.text for d in plain] == [d.text for d in stopped]
+
+
+def test_partial_stop_is_never_streamed_and_released_at_the_end():
+    """TGI #1254: a partial stop must not reach the client while it may still complete."""
+    t = table_of("Hi", "\n\nUs", "e")
+    _, ds = run(t, [0, 1, 2], stop=["\n\nUser:"])
+    assert [d.text for d in ds] == ["Hi", "", "", "\n\nUse"]
+    assert ds[-1].finish_reason is None
+
+
+def test_stop_across_a_split_character(qwen3):
+    ids = qwen3.encode("答案是🫨。然后", add_special_tokens=False)
+    _, ds = run(qwen3, ids, stop=["🫨。"])
+    assert joined(ds) == "答案是" and ds[-1].stop_reason == "🫨。"
+
+
+# --- tags and channels: goldens --------------------------------------------------------
+
+
+def test_qwen3_reasoning_and_tool_call_channels(qwen3):
+    text = (
+        "<think>用户想知道时间。</think>好的🫨\n<tool_call>\n"
+        '{"name": "get_time", "arguments": {"city": "東京"}}\n</tool_call>'
+    )
+    ids = qwen3.encode(text, add_special_tokens=False)
+    assert 151667 in ids and 151657 in ids  # <think> and <tool_call> arrive as added tokens
+    s, ds = run(qwen3, ids, tags="qwen3")
+    assert joined(ds, "reasoning") == "用户想知道时间。"
+    assert joined(ds) == "好的🫨\n"
+    calls = [c for d in ds for c in d.tool_calls]
+    assert "".join(c.text for c in calls) == '\n{"name": "get_time", "arguments": {"city": "東京"}}\n'
+    done = [c for c in calls if c.complete]
+    assert len(done) == 1 and done[0].name == "get_time"
+    assert json.loads(done[0].arguments) == {"city": "東京"} and done[0].error is None
+    assert "".join(seg.text for seg in s.log()) == qwen3.decode(ids)
+
+
+def test_tag_spread_over_text_tokens():
+    """A tag written as ordinary text over several tokens, split through a character."""
+    tags = TagSet("custom", "<思考>", "</思考>")
+    t = table_of("前", "<", b"\xe6\x80", b"\x9d\xe8\x80\x83>", "内", "</思", "考>", "后")
+    s, ds = run(t, list(range(8)), tags=tags)
+    assert joined(ds) == "前后" and joined(ds, "reasoning") == "内"
+    assert [d.text for d in ds][:2] == ["前", ""]
+
+
+def test_tag_string_inside_a_tool_body_stays_in_the_body():
+    t = table_of("<tool_call>", '{"name": "echo", "arguments": {"s": "<think>x</think>"}}', "</tool_call>", "ok")
+    s, ds = run(t, [0, 1, 2, 3], tags="qwen3")
+    done = [c for d in ds for c in d.tool_calls if c.complete]
+    assert json.loads(done[0].arguments) == {"s": "<think>x</think>"}
+    assert joined(ds) == "ok" and joined(ds, "reasoning") == ""
+
+
+def test_close_tag_without_open_tag_is_dropped_from_content_but_logged():
+    t = table_of("thinking...", "</think>", "answer")
+    s, ds = run(t, [0, 1, 2], tags="qwen3")
+    assert joined(ds) == "thinking...answer"
+    assert Segment("tag", "</think>") in s.log()
+
+
+def test_prompt_ending_in_open_reasoning_starts_in_reasoning(qwen3):
+    prompt = qwen3.encode("<|im_start|>assistant\n<think>\n", add_special_tokens=False)
+    out = qwen3.encode("先想一想。</think>答案。", add_special_tokens=False)
+    _, ds = run(qwen3, out, prompt_ids=prompt, tags="qwen3")
+    assert joined(ds, "reasoning") == "先想一想。" and joined(ds) == "答案。"
+
+
+def test_stop_inside_reasoning_is_ignored_unless_asked():
+    t = table_of("<think>", "plan: STOP here", "</think>", "final STOP tail")
+    _, ds = run(t, [0, 1, 2, 3], tags="qwen3", stop=["STOP"])
+    assert joined(ds, "reasoning") == "plan: STOP here" and joined(ds) == "final "
+    _, ds = run(t, [0, 1, 2, 3], tags="qwen3", stop=["STOP"], stop_in_reasoning=True)
+    assert joined(ds, "reasoning") == "plan: " and ds[-1].stop_reason == "STOP"
+
+
+def test_eos_while_a_partial_tag_is_held():
+    t = table_of("text <tool_", "<eos>")
+    _, ds = run(t, [0, 1], tags="qwen3", eos_token_ids=[1])
+    assert [d.text for d in ds] == ["text ", "<tool_"] and ds[-1].finish_reason == "stop"
+
+
+def test_unterminated_tool_call_is_reported_not_dropped():
+    t = table_of("<tool_call>", '{"name": "f", ')
+    _, ds = run(t, [0, 1], tags="qwen3")
+    calls = [c for d in ds for c in d.tool_calls]
+    assert "".join(c.text for c in calls) == '{"name": "f", '
+    assert calls[-1].complete and "</tool_call>" in calls[-1].error
+
+
+def test_malformed_tool_body_is_reported():
+    t = table_of("<tool_call>", "{not json}", "</tool_call>")
+    _, ds = run(t, [0, 1, 2], tags="qwen3")
+    done = [c for d in ds for c in d.tool_calls if c.complete]
+    assert done[0].error and done[0].error.startswith("malformed") and done[0].name is None
+
+
+def test_mistral_tool_calls_detected_by_id_when_skipped():
+    """[TOOL_CALLS] is a control token that skip_special_tokens=True drops from the text."""
+    t = table_of("Sure.", "[TOOL_CALLS]", '[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": 1}}]', special=(1,))
+    t = TokenTable(t.family, t.pieces, t.special_ids, added_tokens=((1, "[TOOL_CALLS]", True),))
+    _, ds = run(t, [0, 1, 2], tags="mistral", skip_special_tokens=True)
+    done = [c for d in ds for c in d.tool_calls if c.complete]
+    assert [(c.index, c.name, json.loads(c.arguments)) for c in done] == [(0, "a", {}), (1, "b", {"x": 1})]
+    assert joined(ds) == "Sure."
+
+
+@pytest.mark.parametrize("mode", ["separate", "strip", "inline"])
+def test_reasoning_modes(mode):
+    t = table_of("<think>", "why", "</think>", "what")
+    _, ds = run(t, [0, 1, 2, 3], tags="qwen3", reasoning=mode)
+    want = {"separate": ("what", "why"), "strip": ("what", ""), "inline": ("<think>why</think>what", "")}
+    assert (joined(ds), joined(ds, "reasoning")) == want[mode]
+
+
+# --- properties -----------------------------------------------------------------------
+
+
+def _reference_stop(tok, prompt, out, stops, min_tokens, include):
+    """Non-streaming reference: the earliest-ending stop whose completing token > min_tokens."""
+    probes = probe_ids(tok)
+    full = expected(tok, prompt, out)
+    lens = [len(settled(tok, prompt, out[:k], probes, False)) for k in range(len(out) + 1)]
+    best = None
+    for stop in stops:
+        start = full.find(stop)
+        while start != -1:
+            end = start + len(stop)
+            k = next((k for k in range(1, len(out) + 1) if lens[k] >= end), len(out))
+            if k > min_tokens:
+                key = (end, start)
+                if best is None or key < best[0]:
+                    best = (key, stop, k)
+            start = full.find(stop, start + 1)
+    if best is None:
+        return full, None, len(out)
+    (end, start), stop, k = best
+    return full[: end if include else start], stop, k
+
+
+@given(data=st.data())
+def test_stops_any_chunking_match_the_reference(real_tokenizer, data):
+    tok = real_tokenizer
+    text = "".join(data.draw(st.lists(st.sampled_from(MULTILINGUAL), min_size=1, max_size=2)))
+    ids = tok.encode(text, add_special_tokens=False)[:24]
+    full = tok.decode(ids)
+    def substring(lo: int, hi: int):
+        return st.tuples(st.integers(0, max(0, len(full) - 1)), st.integers(lo, hi)).map(
+            lambda ab: full[ab[0] : ab[0] + ab[1]]
+        )
+    stops = [s for s in data.draw(st.lists(st.one_of(substring(1, 6), st.text(min_size=1, max_size=3)), max_size=4)) if s and "\ufffd" not in s]
+    min_tokens = data.draw(st.integers(0, 4))
+    include = data.draw(st.booleans())
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(ids)), max_size=6))) | {0, len(ids)})
+    chunks = [ids[a:b] for a, b in zip(cuts, cuts[1:])]
+    kw = dict(stop=stops, min_tokens=min_tokens, include_stop_str_in_output=include)
+    s1, one = run(tok, ids, **kw)
+    s2, many = run(tok, ids, chunks=chunks, **kw)
+    want_text, want_stop, want_k = _reference_stop(tok, [], ids, stops, min_tokens, include)
+    assert joined(one) == joined(many) == want_text
+    assert one[-1].stop_reason == many[-1].stop_reason == want_stop
+    assert len(s1.token_ids) == len(s2.token_ids) == want_k
+    assert sum(d.consumed for d in many) == want_k
+
+
+@given(data=st.data())
+def test_tags_any_chunking_same_channels_and_lossless_log(qwen3, data):
+    parts = [
+        "<think>", "</think>", "<tool_call>", "</tool_call>", "<think", "</tool", "答", "🫨",
+        '{"name": "f", "arguments": {"a": 1}}', "hello ", "\n", "<", "/", ">",
+    ]
+    text = "".join(data.draw(st.lists(st.sampled_from(parts), max_size=14)))
+    ids = qwen3.encode(text, add_special_tokens=False)
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, len(ids)), max_size=6))) | {0, len(ids)})
+    chunks = [ids[a:b] for a, b in zip(cuts, cuts[1:])]
+    stop = data.draw(st.sampled_from([[], ["答🫨"], ["hello"]]))
+    s1, one = run(qwen3, ids, tags="qwen3", stop=stop)
+    s2, many = run(qwen3, ids, chunks=chunks, tags="qwen3", stop=stop)
+    for f in ("text", "reasoning"):
+        assert joined(one, f) == joined(many, f)
+    calls1 = [(c.index, c.name, c.arguments, c.error) for d in one for c in d.tool_calls if c.complete]
+    calls2 = [(c.index, c.name, c.arguments, c.error) for d in many for c in d.tool_calls if c.complete]
+    assert calls1 == calls2
+    assert (one[-1].finish_reason, one[-1].stop_reason) == (many[-1].finish_reason, many[-1].stop_reason)
+    log = "".join(seg.text for seg in s1.log())
+    full = qwen3.decode(ids)
+    if one[-1].stop_reason is None:
+        assert log == full
+    else:
+        assert full.startswith(log) and log.endswith(one[-1].stop_reason)
