@@ -23,6 +23,7 @@ __all__ = ["ByteLevelStream", "GenericStream", "SentencePieceStream", "StreamDec
 
 _utf8_replace = codecs.getincrementaldecoder("utf-8")
 _utf8_strict = codecs.getincrementaldecoder("utf-8")
+_BYTES = tuple(bytes((b,)) for b in range(256))
 
 
 class StreamDecoder(ABC):
@@ -50,21 +51,39 @@ class ByteLevelStream(StreamDecoder):
     """
 
     path = "byte_level"
-    __slots__ = ("_pieces", "_skip", "_dec")
+    __slots__ = ("_pieces", "_texts", "_skip", "_dec", "_held")
 
     def __init__(self, table: TokenTable, *, skip_special_tokens: bool) -> None:
         self._pieces = table.pieces
-        self._skip = table.special_ids if skip_special_tokens else frozenset()
+        self._texts = table.texts
+        self._skip = table.special_ids if skip_special_tokens and table.special_ids else None
         self._dec = _utf8_replace("replace")
+        self._held = False  # the UTF-8 decoder holds bytes of an unfinished character
+
+    def feed_one(self, i: int) -> str:
+        """The hot path: with nothing held, a token that is valid UTF-8 alone is its text."""
+        if self._skip is not None and i in self._skip:
+            return ""
+        if not self._held:
+            text = self._texts[i]
+            if text is not None:
+                return text
+        dec = self._dec
+        out = dec.decode(self._pieces[i])
+        self._held = bool(dec.getstate()[0])
+        return out
 
     def feed(self, ids: Sequence[int]) -> str:
-        pieces, skip = self._pieces, self._skip
         if len(ids) == 1:
-            i = ids[0]
-            return "" if i in skip else self._dec.decode(pieces[i])
-        return self._dec.decode(b"".join(pieces[i] for i in ids if i not in skip))
+            return self.feed_one(ids[0])
+        pieces, skip = self._pieces, self._skip or ()
+        dec = self._dec
+        out = dec.decode(b"".join(pieces[i] for i in ids if i not in skip))
+        self._held = bool(dec.getstate()[0])
+        return out
 
     def flush(self) -> str:
+        self._held = False
         return self._dec.decode(b"", True)
 
     def peek_final(self) -> str:
@@ -90,7 +109,7 @@ class SentencePieceStream(StreamDecoder):
     def __init__(self, table: TokenTable, *, skip_special_tokens: bool) -> None:
         self._pieces = table.pieces
         self._bytes = table.byte_values
-        self._skip = table.special_ids if skip_special_tokens else frozenset()
+        self._skip = table.special_ids if skip_special_tokens and table.special_ids else None
         self._strip = table.strip_leading_space
         self._dec = _utf8_strict("strict")
         self._run_text: list[str] = []
@@ -125,7 +144,7 @@ class SentencePieceStream(StreamDecoder):
             return "\ufffd"
         self._run_len += 1
         try:
-            self._run_text.append(self._dec.decode(bytes((b,))))
+            self._run_text.append(self._dec.decode(_BYTES[b]))
         except UnicodeDecodeError:
             self._run_bad = True
             return "\ufffd" * self._run_len
@@ -133,7 +152,7 @@ class SentencePieceStream(StreamDecoder):
 
     def feed(self, ids: Sequence[int]) -> str:
         out: list[str] = []
-        pieces, byte_values, skip = self._pieces, self._bytes, self._skip
+        pieces, byte_values, skip = self._pieces, self._bytes, self._skip or ()
         for i in ids:
             if i in skip:
                 continue
@@ -147,6 +166,26 @@ class SentencePieceStream(StreamDecoder):
                 if s:
                     out.append(self._out(s))
         return "".join(out)
+
+    def feed_one(self, i: int) -> str:
+        """The hot path: one id, no list built, no loop."""
+        if self._skip is not None and i in self._skip:
+            return ""
+        b = self._bytes[i]
+        if b < 0:
+            if not self._run_len and not self._strip:
+                return self._pieces[i]
+            s = self._close_run() + self._pieces[i]
+            return self._out(s) if s else ""
+        if self._run_bad:
+            return self._out("\ufffd")
+        self._run_len += 1
+        try:
+            self._run_text.append(self._dec.decode(_BYTES[b]))
+        except UnicodeDecodeError:
+            self._run_bad = True
+            return self._out("\ufffd" * self._run_len)
+        return ""
 
     def flush(self) -> str:
         return self._out(self._close_run())
@@ -218,6 +257,9 @@ class GenericStream(StreamDecoder):
         self._prefix, self._read = self._read, upto
         self._base = self._decode(self._ids[self._prefix : self._read])
         return out
+
+    def feed_one(self, i: int) -> str:
+        return self.feed((i,))
 
     def feed(self, ids: Sequence[int]) -> str:
         self._ids.extend(ids)

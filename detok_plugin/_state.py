@@ -65,6 +65,9 @@ class Delta:
         return self.finish_reason is not None
 
 
+_ONE_EMPTY = Delta(consumed=1)
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     """One piece of the lossless log: joined, the pieces are the full decode up to the stop."""
@@ -135,6 +138,7 @@ class DetokenizerState:
         "_skip_special",
         "_size",
         "_done",
+        "_fast",
     )
 
     # --- construction ------------------------------------------------------------------
@@ -265,15 +269,29 @@ class DetokenizerState:
         self._pending = ""
         self._tool_index = -1
         self._tool_body: list[str] = []
-        self._log: list[Segment] = []
+        self._log: list[tuple[Channel, str]] = []
         if tags is not None and self._mode == _REASONING:
-            self._log.append(Segment("tag", ""))  # the open tag lives in the prompt
+            self._log.append(("tag", ""))  # the open tag lives in the prompt
+        self._fast = self._fast_ready()
         return self
 
     # --- the verbs ---------------------------------------------------------------------
 
     def push(self, ids: int | Sequence[int]) -> Delta:
         """Add one id or several (a speculative step); return what is now settled."""
+        if self._fast and type(ids) is int and 0 <= ids < self._size:
+            # The hot path: no stops, tags or skips are live, one valid int id.
+            try:
+                text = self._dec.feed_one(ids)
+            except TypeError:  # a hole in the vocabulary: the checked path raises
+                pass
+            else:
+                self._n_out += 1
+                self.token_ids.append(ids)
+                if text:
+                    self._log.append(("content", text))
+                    return Delta(text, "", _EMPTY, None, None, 1)
+                return _ONE_EMPTY
         if self._done:
             raise StreamFinishedError(self._n_out, self.request_id, self._finish_reason or "finish() was called")
         if isinstance(ids, int) and not isinstance(ids, bool):
@@ -314,6 +332,7 @@ class DetokenizerState:
                 break
         if self._finish_reason is not None:
             self._close(out)
+        self._fast = self._fast_ready()
         return self._delta(out, consumed)
 
     def finish(self) -> Delta:
@@ -328,6 +347,7 @@ class DetokenizerState:
         out = _Out()
         self._close(out)
         self._dec = None  # type: ignore[assignment]
+        self._fast = False
         return self._delta(out, 0)
 
     @property
@@ -350,15 +370,28 @@ class DetokenizerState:
 
     def log(self) -> list[Segment]:
         """The lossless log, adjacent pieces of one channel merged."""
-        merged: list[Segment] = []
-        for seg in self._log:
-            if merged and merged[-1].channel == seg.channel and seg.channel != "tag":
-                merged[-1] = Segment(seg.channel, merged[-1].text + seg.text)
-            elif seg.text or seg.channel == "tag":
-                merged.append(seg)
-        return [s for s in merged if s.text]
+        merged: list[list[Any]] = []
+        for channel, text in self._log:
+            if merged and merged[-1][0] == channel and channel != "tag":
+                merged[-1][1].append(text)
+            else:
+                merged.append([channel, [text]])
+        segments = (Segment(channel, "".join(parts)) for channel, parts in merged)
+        return [seg for seg in segments if seg.text]
 
     # --- internals ---------------------------------------------------------------------
+
+    def _fast_ready(self) -> bool:
+        """Whether a plain push may go straight to the decoder (no stops, tags, skips)."""
+        return (
+            self._vocab is not None
+            and not self._skip_chars
+            and not self._stop_ids
+            and self._max_tokens is None
+            and all(m is None for m in self._matchers)
+            and not self._id_tags
+            and not self._done
+        )
 
     def _check_range(self, tid: int, position: int) -> None:
         vocab = self._vocab
@@ -382,20 +415,20 @@ class DetokenizerState:
         mode = self._mode
         if mode == _CONTENT:
             out.text.append(text)
-            self._log.append(Segment("content", text))
+            self._log.append(("content", text))
         elif mode == _REASONING:
-            self._log.append(Segment("reasoning", text))
+            self._log.append(("reasoning", text))
             if self._reasoning_mode == "separate":
                 out.reasoning.append(text)
             elif self._reasoning_mode == "inline":
                 out.text.append(text)
         else:
             self._tool_body.append(text)
-            self._log.append(Segment("tool", text))
+            self._log.append(("tool", text))
             out.tools.append(ToolCall(self._tool_index, text))
 
     def _tag_text(self, tag: str, out: _Out) -> None:
-        self._log.append(Segment("tag", tag))
+        self._log.append(("tag", tag))
         if self._reasoning_mode == "inline" and tag and (
             self._tags is not None and tag in (self._tags.reasoning_open, self._tags.reasoning_close)
         ):
@@ -435,7 +468,7 @@ class DetokenizerState:
             if kind == "stop":
                 if self._include_stop:
                     self._emit(pattern, out)
-                self._log.append(Segment("stop", "" if self._include_stop else pattern))
+                self._log.append(("stop", "" if self._include_stop else pattern))
                 self._finish_reason = "stop"
                 self._stop_reason = pattern
                 return

@@ -48,10 +48,26 @@ class TokenTable:
     name: str = ""
     eos_token_ids: tuple[int, ...] = ()
     added_tokens: tuple[tuple[int, str, bool], ...] = field(default=(), repr=False)
+    #: byte_level: each piece decoded alone when it is valid UTF-8 by itself, else None.
+    #: Most tokens are; a stream with no held bytes returns these without decoding.
+    texts: tuple[str | None, ...] = field(default=(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.family == "byte_level" and len(self.texts) != len(self.pieces):
+            object.__setattr__(self, "texts", tuple(_standalone(p) for p in self.pieces))
 
     @property
     def vocab_size(self) -> int:
         return len(self.pieces)
+
+
+def _standalone(piece: bytes | None) -> str | None:
+    if piece is None:
+        return None
+    try:
+        return piece.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def decode_with_table(table: TokenTable, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:

@@ -1,0 +1,67 @@
+"""Shared benchmark plumbing: real tokenizers, real multilingual streams, interleaved timing."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+import tokenizer_zoo  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "out"
+
+PARAGRAPHS = {
+    "english": (
+        "The quick brown fox jumps over the lazy dog. Streaming servers send text after every "
+        "token, and a careful detokenizer never ships half a character.\n"
+        "Stop strings, tool calls and reasoning blocks must not leak, arrive late or vanish.\n"
+    ),
+    "chinese": (
+        "模型输出的是词元编号，而人们需要看到文字。流式服务器在每个词元之后发送文本，"
+        "字节级分词常常在一个汉字的中间结束。\n我们提供正确的方案，既精确又及时。\n"
+    ),
+    "japanese": (
+        "モデルはトークンIDを出力し、人は文字を読みます。ストリーミングでは、"
+        "ひらがなやカタカナが途中で切れることがあります。\n正確で、すぐに届く文字列を。\n"
+    ),
+    "emoji": "🫨👨‍👩‍👧‍👦🇯🇵❤️‍🔥👍🏽 🎉🚀🌶️ party time 🥳🍣🗻\n",
+}
+
+
+def token_stream(tok, language: str, n: int) -> list[int]:
+    """The first ``n`` ids of a long real text in ``language``."""
+    text = PARAGRAPHS[language]
+    ids: list[int] = []
+    while len(ids) < n:
+        text = text * 2
+        ids = tok.encode(text, add_special_tokens=False)
+    return ids[:n]
+
+
+def interleaved_medians(
+    runners: dict[str, Callable[[], None]], repeats: int, warmup: int = 1
+) -> dict[str, float]:
+    """Median seconds per call of each runner, the runners interleaved in every repeat."""
+    for _ in range(warmup):
+        for fn in runners.values():
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(repeats):
+        for name, fn in runners.items():
+            t0 = time.perf_counter_ns()
+            fn()
+            samples[name].append((time.perf_counter_ns() - t0) / 1e9)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
+    cells = [list(map(str, header))] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,66 @@
+"""Token tables: built once per tokenizer, verified, shared; fallbacks say why."""
+
+from __future__ import annotations
+
+import threading
+
+from detok_plugin import DetokenizerState, build_table, decode_with_table
+
+
+def test_table_is_cached_and_shared(qwen3):
+    t1, why = build_table(qwen3)
+    t2, _ = build_table(qwen3)
+    assert t1 is t2 and why == "decoder is ByteLevel"
+    s1 = DetokenizerState.from_tokenizer(qwen3)
+    s2 = DetokenizerState.from_tokenizer(qwen3)
+    assert s1._dec._pieces is s2._dec._pieces is t1.pieces
+
+
+def test_table_is_built_once_under_threads(deepseek_tokenizer=None):
+    import tokenizer_zoo
+
+    tok = tokenizer_zoo.load("smollm2")
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(build_table(tok)[0])) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r is results[0] for r in results)
+
+
+def test_backend_tokenizer_accepted_directly(qwen3):
+    """A raw ``tokenizers.Tokenizer`` takes the same fast path as its transformers wrapper."""
+    backend = qwen3.backend_tokenizer
+    table, why = build_table(backend)
+    assert table is not None and table.family == "byte_level", why
+    ids = qwen3.encode("你好🫨", add_special_tokens=False)
+    assert decode_with_table(table, ids) == backend.decode(ids)
+
+
+def test_special_ids_follow_the_backend(qwen3):
+    table, _ = build_table(qwen3)
+    im_end = qwen3.convert_tokens_to_ids("<|im_end|>")
+    think = qwen3.convert_tokens_to_ids("<think>")
+    assert im_end in table.special_ids and think not in table.special_ids
+    assert table.eos_token_ids == (im_end,)
+
+
+def test_a_table_that_disagrees_with_decode_falls_back(qwen3):
+    """Verification: a tokenizer whose decode differs from its table goes generic, saying why."""
+
+    class Shouting:
+        def __init__(self, tok):
+            self.backend_tokenizer = tok.backend_tokenizer
+            self._tok = tok
+
+        def __len__(self):
+            return len(self._tok)
+
+        def decode(self, ids, skip_special_tokens=False):
+            return self._tok.decode(ids, skip_special_tokens=skip_special_tokens).upper()
+
+    s = DetokenizerState.from_tokenizer(Shouting(qwen3))
+    assert s.path == "generic" and "differs" in s.why
+    ids = qwen3.encode("hello wörld", add_special_tokens=False)
+    assert "".join(s.push(i).text for i in ids) + s.finish().text == "HELLO WÖRLD"
