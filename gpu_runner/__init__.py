@@ -1,1 +1,65 @@
-"""The reference runner: generate with a real model, stream every sequence through the core."""
+"""The reference runner: generate with a real model, stream every sequence through the core.
+
+:class:`Runner` is the ground truth the integrations are compared with: a plain batched
+generation loop over a transformers causal LM with a KV cache, greedy or seeded sampling,
+on CUDA when present and CPU otherwise, that pushes every row's token into its own
+:class:`detok_plugin.DetokenizerState` at every step. ``detok-plugin chat`` and
+``detok-plugin verify`` (``cli.py``) drive it; ``docs/runner.md`` explains the choices.
+
+Names that need torch are imported lazily, so ``detok_plugin.gpu_runner.fetch`` (stdlib
+only) and ``.errors`` stay importable without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .errors import (
+    BatchTooLargeError,
+    ModelFetchError,
+    ModelLoadError,
+    ModelNotFoundError,
+    PromptError,
+    PromptTypeError,
+    RunnerError,
+)
+from .fetch import default_cache_dir, fetch_default_model
+
+__all__ = [
+    "BatchTooLargeError",
+    "GenerationSettings",
+    "ModelFetchError",
+    "ModelLoadError",
+    "ModelNotFoundError",
+    "PromptError",
+    "PromptTypeError",
+    "RunResult",
+    "RunStats",
+    "Runner",
+    "RunnerError",
+    "SequenceResult",
+    "default_cache_dir",
+    "fetch_default_model",
+    "load_model",
+    "tiny_random_model",
+]
+
+_LAZY = {
+    "GenerationSettings": "runner",
+    "RunResult": "runner",
+    "RunStats": "runner",
+    "Runner": "runner",
+    "SequenceResult": "runner",
+    "load_model": "model",
+    "tiny_random_model": "model",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
