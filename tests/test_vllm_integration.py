@@ -1,0 +1,585 @@
+"""vLLM's real ``OutputProcessor`` with detok-plugin switched on, against the full decode and
+against stock vLLM (``detok_plugin.integrations.vllm``).
+
+Engine outputs are replayed from real multilingual text tokenized by Qwen3 (byte-level BPE)
+and Mistral v1 (SentencePiece with byte fallback), one and several tokens per step, many
+requests interleaved in every step, as vLLM's own ``MockEngineCore`` does. The oracle is the
+tokenizer's own decode (``helpers.expected``), cut where a stop string completes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import logging
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm.v1.engine.output_processor", reason="vLLM is not installed: pip install detok-plugin[vllm]")
+
+from vllm.sampling_params import RequestOutputKind, SamplingParams  # noqa: E402
+from vllm.tokenizers.hf import get_cached_tokenizer  # noqa: E402
+from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest, FinishReason  # noqa: E402
+from vllm.v1.engine import detokenizer as vllm_detokenizer  # noqa: E402
+from vllm.v1.engine.output_processor import OutputProcessor  # noqa: E402
+from vllm.v1.engine.parallel_sampling import ParentRequest  # noqa: E402
+
+import tokenizer_zoo  # noqa: E402
+from detok_plugin.integrations import vllm as shim  # noqa: E402
+from helpers import MULTILINGUAL, expected, probe_ids, settled  # noqa: E402
+
+DELTA = RequestOutputKind.DELTA
+CUMULATIVE = RequestOutputKind.CUMULATIVE
+FINAL_ONLY = RequestOutputKind.FINAL_ONLY
+KINDS = [pytest.param(k, id=k.name.lower()) for k in (DELTA, CUMULATIVE, FINAL_ONLY)]
+TOKENIZERS = [pytest.param("qwen3", id="qwen3"), pytest.param("mistral_v1", id="mistral_v1")]
+STEPS = [pytest.param(1, id="1-per-step"), pytest.param(3, id="3-per-step")]
+
+# What the outputs continue: a chat turn, a Japanese turn, and nothing (the SentencePiece
+# leading-space rule and byte-level merges across the prompt boundary both matter).
+PROMPTS = ("User: write something.\nAssistant:", "Q: 続けてください。\nA:", "")
+
+
+# --- fixtures: the tokenizer as vLLM holds it, and the switch ---------------------------
+
+
+@functools.cache
+def vllm_tokenizer(name: str) -> Any:
+    """``name`` as vLLM's ``CachedHfTokenizer.from_pretrained`` hands it to OutputProcessor."""
+    return get_cached_tokenizer(tokenizer_zoo.load(name))
+
+
+@contextlib.contextmanager
+def detokenizer(plugin: bool) -> Iterator[None]:
+    """vLLM with the plugin switched on through its real entry point, or stock."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DETOK_PLUGIN", "1" if plugin else "0")
+        assert shim.register() is plugin
+        try:
+            yield
+        finally:
+            shim.unregister()
+    assert not shim.is_registered()
+
+
+@pytest.fixture(autouse=True)
+def _stock_after_each_test():
+    yield
+    shim.unregister()
+
+
+# --- the replay engine --------------------------------------------------------------
+
+
+@dataclass
+class Req:
+    """One request: its prompt, what the engine samples for each of its n sequences, and
+    how the engine ends them (LENGTH, or STOP on a stop token / EOS: ``stop_token``)."""
+
+    prompt: list[int]
+    outs: list[list[int]]
+    params: dict[str, Any] = field(default_factory=dict)
+    stop_token: int | None = None
+    eos: bool = False
+
+
+@dataclass
+class Seq:
+    """What a client saw for one sequence: each output's text, the ids, how it ended."""
+
+    texts: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    kind: RequestOutputKind = DELTA
+
+    @property
+    def text(self) -> str:
+        if self.kind == DELTA:
+            return "".join(self.texts)
+        return self.texts[-1] if self.texts else ""
+
+    def cumulative(self) -> list[str]:
+        """The text the client holds after each output."""
+        if self.kind != DELTA:
+            return list(self.texts)
+        out, acc = [], ""
+        for t in self.texts:
+            acc += t
+            out.append(acc)
+        return out
+
+
+def make_request(rid: str, req: Req, kind: RequestOutputKind) -> EngineCoreRequest:
+    params = SamplingParams(
+        n=len(req.outs), max_tokens=max(len(o) for o in req.outs), output_kind=kind, **req.params
+    )
+    return EngineCoreRequest(
+        request_id=rid,
+        external_req_id=rid,
+        prompt_token_ids=list(req.prompt),
+        mm_features=None,
+        sampling_params=params,
+        pooling_params=None,
+        arrival_time=0.0,
+        lora_request=None,
+        cache_salt=None,
+        data_parallel_rank=None,
+    )
+
+
+def add(op: OutputProcessor, rid: str, req: Req, kind: RequestOutputKind) -> dict[str, list[int]]:
+    """Add ``req`` as AsyncLLM does (n > 1 fans out to children); internal id -> its ids."""
+    request = make_request(rid, req, kind)
+    if len(req.outs) == 1:
+        op.add_request(request, None)
+        return {rid: req.outs[0]}
+    parent = ParentRequest(request)
+    ids = {}
+    for idx, out in enumerate(req.outs):
+        child_id, child_params = parent.get_child_info(idx)
+        child = copy.copy(request)
+        child.request_id = child_id
+        child.sampling_params = child_params
+        op.add_request(child, None, parent, idx)
+        ids[child_id] = out
+    return ids
+
+
+def replay(
+    tokenizer: Any, reqs: Sequence[Req], *, kind: RequestOutputKind = DELTA, step: int = 1,
+    op: OutputProcessor | None = None,
+) -> list[list[Seq]]:
+    """Run every request through one OutputProcessor, all interleaved in each engine step,
+    ``step`` ids per request per step; stop when the engine has nothing left."""
+    op = op or OutputProcessor(tokenizer, log_stats=False)
+    live: dict[str, list[Any]] = {}  # internal id -> [ids, position, request]
+    for i, req in enumerate(reqs):
+        for cid, out in add(op, f"r{i}", req, kind).items():
+            live[cid] = [out, 0, req]
+    seqs: dict[tuple[str, int], Seq] = defaultdict(lambda: Seq(kind=kind))
+    while live:
+        outputs = []
+        for cid, entry in list(live.items()):
+            out, pos, req = entry
+            chunk = out[pos : pos + step]
+            entry[1] = pos + len(chunk)
+            done = entry[1] >= len(out)
+            stopped = done and (req.stop_token is not None or req.eos)
+            outputs.append(
+                EngineCoreOutput(
+                    request_id=cid,
+                    new_token_ids=list(chunk),
+                    finish_reason=(FinishReason.STOP if stopped else FinishReason.LENGTH) if done else None,
+                    stop_reason=req.stop_token if stopped and not req.eos else None,
+                )
+            )
+            if done:
+                del live[cid]
+        processed = op.process_outputs(outputs)
+        for cid in processed.reqs_to_abort:  # a stop string: the engine drops the request
+            live.pop(cid, None)
+        for ro in processed.request_outputs:
+            for co in ro.outputs:
+                seq = seqs[(ro.request_id, co.index)]
+                seq.texts.append(co.text)
+                if kind == DELTA:
+                    seq.token_ids.extend(co.token_ids)
+                else:
+                    seq.token_ids = list(co.token_ids)
+                seq.finish_reason, seq.stop_reason = co.finish_reason, co.stop_reason
+    assert not op.has_unfinished_requests()
+    return [[seqs[(f"r{i}", j)] for j in range(len(req.outs))] for i, req in enumerate(reqs)]
+
+
+def run_both(name: str, reqs: Sequence[Req], **kw: Any) -> tuple[list[list[Seq]], list[list[Seq]]]:
+    tok = vllm_tokenizer(name)
+    with detokenizer(plugin=True):
+        ours = replay(tok, reqs, **kw)
+    with detokenizer(plugin=False):
+        stock = replay(tok, reqs, **kw)
+    return ours, stock
+
+
+# --- the oracle ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Want:
+    text: str
+    token_ids: list[int]
+    stop_reason: str | None  # a stop string, when one cut the text
+
+
+def _first_stop(text: str, stops: Sequence[str], after: int) -> tuple[str, int, int] | None:
+    """The stop completing earliest past ``after`` (ties: list order, as vLLM documents)."""
+    best = None
+    for s in stops:
+        i = text.find(s, max(0, after - len(s) + 1))
+        if i != -1 and (best is None or i + len(s) < best[2]):
+            best = (s, i, i + len(s))
+    return best
+
+
+def want(tok: Any, req: Req, out: list[int]) -> Want:
+    """The full decode, cut where vLLM's rules cut it.
+
+    A stop string counts at the first token k > min_tokens whose *settled* text (what no
+    later token can change) completes it; the ids after k are dropped. A stop token that
+    ended the stream contributes no text unless include_stop_str_in_output.
+    """
+    p = req.params
+    skip = p.get("skip_special_tokens", True)
+    stops = [p["stop"]] if isinstance(p.get("stop"), str) else list(p.get("stop") or ())
+    include = p.get("include_stop_str_in_output", False)
+    min_tokens = p.get("min_tokens", 0)
+    terminated = req.stop_token is not None or req.eos
+    ids = out[:-1] if terminated and not include else out
+    if not stops:
+        return Want(expected(tok, req.prompt, ids, skip), list(out), None)
+    probes = probe_ids(tok)
+    done = 0
+    for k in range(1, len(ids) + 2):
+        final = k == len(ids) + 1  # finish(): what was held is released
+        text = expected(tok, req.prompt, ids, skip) if final else settled(tok, req.prompt, ids[:k], probes, skip)
+        hit = _first_stop(text, stops, done)
+        if hit and min(k, len(ids)) > min_tokens:
+            s, start, end = hit
+            return Want(text[: end if include else start], list(out[: min(k, len(out))]), s)
+        done = len(text)
+    return Want(expected(tok, req.prompt, ids, skip), list(out), None)
+
+
+def encode(name: str, text: str) -> list[int]:
+    return vllm_tokenizer(name).encode(text, add_special_tokens=False)
+
+
+def corpus(name: str) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, output ids) for each multilingual text after each prompt."""
+    tok = vllm_tokenizer(name)
+    pairs = []
+    for i, text in enumerate(MULTILINGUAL):
+        prompt = PROMPTS[i % len(PROMPTS)]
+        p = tok.encode(prompt, add_special_tokens=True) if prompt else []
+        pairs.append((p, tok.encode(text + " " + MULTILINGUAL[(i + 3) % len(MULTILINGUAL)], add_special_tokens=False)))
+    return pairs
+
+
+def check(name: str, reqs: Sequence[Req], seqs: list[list[Seq]]) -> None:
+    """Each sequence: text and ids as the oracle says; nothing taken back, no stray U+FFFD."""
+    tok = vllm_tokenizer(name)
+    for req, per_req in zip(reqs, seqs):
+        for out, seq in zip(req.outs, per_req):
+            w = want(tok, req, out)
+            assert seq.text == w.text
+            assert seq.token_ids == w.token_ids
+            if w.stop_reason is not None:
+                assert (seq.finish_reason, seq.stop_reason) == ("stop", w.stop_reason)
+            held = seq.cumulative()
+            for before, after in zip(held, held[1:]):
+                assert after.startswith(before)  # nothing emitted is ever taken back
+            for t in held:
+                assert w.text.startswith(t)  # so a U+FFFD in a delta is one the decode has
+
+
+# --- the switch ---------------------------------------------------------------------
+
+
+def test_settings_read_the_flag_in_one_place():
+    S = shim.Settings.from_env
+    assert S({"DETOK_PLUGIN": "1"}).enabled and S({"DETOK_PLUGIN": "on"}).enabled
+    assert not S({"DETOK_PLUGIN": "0", "VLLM_PLUGINS": "detok_plugin"}).enabled  # explicit off wins
+    assert S({"VLLM_PLUGINS": "lora_filesystem_resolver,detok_plugin"}).enabled
+    assert not S({"VLLM_PLUGINS": "lora_filesystem_resolver"}).enabled
+    assert not S({}).enabled  # installed is not switched on
+    with pytest.raises(ValueError, match="DETOK_PLUGIN='maybe'"):
+        S({"DETOK_PLUGIN": "maybe"})
+
+
+def test_entry_point_is_declared():
+    from importlib.metadata import entry_points
+
+    (ep,) = [e for e in entry_points(group="vllm.general_plugins") if e.name == shim.PLUGIN_NAME]
+    assert ep.load() is shim.register
+
+
+@pytest.mark.parametrize(
+    "env, on",
+    [
+        pytest.param({"VLLM_PLUGINS": "detok_plugin"}, True, id="VLLM_PLUGINS-names-it"),
+        pytest.param({"DETOK_PLUGIN": "1"}, True, id="DETOK_PLUGIN=1"),
+        pytest.param({}, False, id="unset"),
+        pytest.param({"VLLM_PLUGINS": "lora_filesystem_resolver"}, False, id="VLLM_PLUGINS-omits-it"),
+    ],
+)
+def test_vllm_plugin_loader_switches_it(monkeypatch, env, on):
+    """vLLM's own ``load_general_plugins`` reaches ``register`` and the flag decides."""
+    import vllm.plugins
+
+    monkeypatch.delenv("DETOK_PLUGIN", raising=False)
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(vllm.plugins, "plugins_loaded", False)
+    vllm.plugins.load_general_plugins()
+    assert shim.is_registered() is on
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_plugin_is_in_the_path_only_when_on(name):
+    tok = vllm_tokenizer(name)
+    prompt, out = corpus(name)[0]
+    req = Req(prompt, [out])
+    for plugin, cls in ((True, shim.VllmDetokenizer), (False, vllm_detokenizer.FastIncrementalDetokenizer)):
+        with detokenizer(plugin):
+            op = OutputProcessor(tok, log_stats=False)
+            add(op, "r0", req, DELTA)
+            assert type(op.request_states["r0"].detokenizer) is cls
+    # and the table the adapter uses is the one cached for this tokenizer object
+    from detok_plugin import build_table
+
+    assert build_table(tok) is build_table(tok)
+
+
+def test_register_is_idempotent_and_unregister_restores_stock(monkeypatch):
+    stock = vllm_detokenizer.IncrementalDetokenizer.__dict__["from_new_request"]
+    monkeypatch.setenv("DETOK_PLUGIN", "1")
+    assert shim.register() and shim.register()
+    assert shim.is_registered()
+    assert shim.unregister() and not shim.unregister()
+    assert vllm_detokenizer.IncrementalDetokenizer.__dict__["from_new_request"] is stock
+
+
+def test_unverified_version_is_named_and_contract_checked(monkeypatch, caplog):
+    monkeypatch.setenv("DETOK_PLUGIN", "1")
+    monkeypatch.setattr(shim, "_vllm_version", lambda: "9.9.9")
+    with caplog.at_level(logging.WARNING, logger=shim.__name__):
+        assert shim.register()
+    assert "vLLM 9.9.9 is not a version detok-plugin has verified" in caplog.text
+
+
+def test_broken_contract_keeps_stock_and_says_why(monkeypatch, caplog):
+    monkeypatch.setenv("DETOK_PLUGIN", "1")
+    monkeypatch.setattr(shim, "_vllm_version", lambda: "9.9.9")
+
+    def update(self, new_token_ids, stop_terminated, extra):  # a future signature
+        return None
+
+    monkeypatch.setattr(vllm_detokenizer.IncrementalDetokenizer, "update", update)
+    with caplog.at_level(logging.WARNING, logger=shim.__name__):
+        assert not shim.register()
+    assert not shim.is_registered()
+    assert "NOT switched on" in caplog.text and "IncrementalDetokenizer.update" in caplog.text
+
+
+def test_adapter_mirrors_vllms_method_signatures():
+    import inspect
+
+    base = vllm_detokenizer.BaseIncrementalDetokenizer
+    for name in ("update", "get_next_output_text", "num_output_tokens"):
+        assert inspect.signature(getattr(shim.VllmDetokenizer, name)).parameters.keys() == (
+            inspect.signature(getattr(base, name)).parameters.keys()
+        )
+    assert isinstance(inspect.getattr_static(shim.VllmDetokenizer, "output_token_ids"), property)
+
+
+# --- exactness through the real OutputProcessor -------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_many_requests_interleaved_equal_the_full_decode(name, step, kind):
+    reqs = [Req(p, [o], {"skip_special_tokens": skip}) for (p, o) in corpus(name) for skip in (True, False)]
+    with detokenizer(plugin=True):
+        seqs = replay(vllm_tokenizer(name), reqs, kind=kind, step=step)
+    check(name, reqs, seqs)
+
+
+def _stop_reqs(name: str, **params: Any) -> list[Req]:
+    """For each text, stops taken from inside its output: one ASCII, one not, one absent."""
+    tok = vllm_tokenizer(name)
+    reqs = []
+    for prompt, out in corpus(name):
+        text = expected(tok, prompt, out)
+        mid = len(text) // 2
+        stops = [text[mid : mid + 3], text[mid // 2 : mid // 2 + 2], "\n\nUser:", "@@@@"]
+        reqs.append(Req(prompt, [out], {"stop": stops, **params}))
+    return reqs
+
+
+@pytest.mark.parametrize("include", [False, True], ids=["exclude-stop", "include-stop"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_stop_strings(name, step, kind, include):
+    reqs = _stop_reqs(name, include_stop_str_in_output=include)
+    with detokenizer(plugin=True):
+        seqs = replay(vllm_tokenizer(name), reqs, kind=kind, step=step)
+    check(name, reqs, seqs)
+    assert all(s[0].finish_reason == "stop" for s in seqs)
+
+
+@pytest.mark.parametrize("min_tokens", [0, 4, 12])
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_min_tokens_delays_stop_strings(name, step, min_tokens):
+    tok = vllm_tokenizer(name)
+    reqs = []
+    for prompt, out in corpus(name):
+        text = expected(tok, prompt, out)
+        reqs.append(Req(prompt, [out], {"stop": [text[1:3], " "], "min_tokens": min_tokens}))
+    with detokenizer(plugin=True):
+        seqs = replay(tok, reqs, step=step)
+    check(name, reqs, seqs)
+
+
+@pytest.mark.parametrize("include", [False, True], ids=["exclude-stop", "include-stop"])
+@pytest.mark.parametrize("skip", [True, False], ids=["skip-special", "keep-special"])
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_stop_token_ids_and_eos_end_in_the_engine(name, step, skip, include):
+    """The engine ends the stream on a stop token or EOS (stop_terminated); the last id is
+    kept, and its text only with include_stop_str_in_output."""
+    tok = vllm_tokenizer(name)
+    eos = tok.eos_token_id
+    stop_token = encode(name, "。")[-1]
+    reqs = []
+    for i, (prompt, out) in enumerate(corpus(name)):
+        params = {"skip_special_tokens": skip, "include_stop_str_in_output": include}
+        if i % 2:
+            reqs.append(Req(prompt, [out + [eos]], params, eos=True))
+        else:
+            reqs.append(Req(prompt, [out + [stop_token]], {**params, "stop_token_ids": [stop_token]}, stop_token=stop_token))
+    with detokenizer(plugin=True):
+        seqs = replay(tok, reqs, step=step)
+    check(name, reqs, seqs)
+    for req, (seq,) in zip(reqs, seqs):
+        assert seq.finish_reason == "stop"
+        assert seq.stop_reason == req.stop_token
+
+
+@pytest.mark.parametrize("spaces", [True, False], ids=["spaces", "no-spaces"])
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_special_tokens_in_the_output(name, spaces):
+    tok = vllm_tokenizer(name)
+    specials = [i for i in sorted(tok.all_special_ids)][:3]
+    reqs = []
+    for prompt, out in corpus(name):
+        mixed = out[:3] + specials + out[3:6] + specials[:1] + specials[:1] + out[6:]
+        for skip in (True, False):
+            reqs.append(Req(prompt, [mixed], {"skip_special_tokens": skip, "spaces_between_special_tokens": spaces}))
+    with detokenizer(plugin=True):
+        seqs = replay(tok, reqs, step=2)
+    check(name, reqs, seqs)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_n_greater_than_one(name, kind):
+    """Parallel sampling: n children per request, each its own stream, aggregated by vLLM."""
+    pairs = corpus(name)
+    reqs = [
+        Req(p, [o, pairs[(i + 1) % len(pairs)][1], o[: len(o) // 2]], {"stop": ["@@@", "。"]})
+        for i, (p, o) in enumerate(pairs)
+    ]
+    with detokenizer(plugin=True):
+        seqs = replay(vllm_tokenizer(name), reqs, kind=kind, step=2)
+    check(name, reqs, seqs)
+    assert all(len(s) == 3 for s in seqs)
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_detokenize_false_yields_ids_and_no_text(name):
+    reqs = [Req(p, [o], {"detokenize": False, "stop": ["a"]}) for p, o in corpus(name)]
+    for plugin in (True, False):
+        with detokenizer(plugin):
+            seqs = replay(vllm_tokenizer(name), reqs, kind=CUMULATIVE, step=2)
+        for req, (seq,) in zip(reqs, seqs):
+            assert seq.text == "" and seq.token_ids == req.outs[0] and seq.finish_reason == "length"
+
+
+def test_stream_interval_batches_outputs():
+    name = "qwen3"
+    reqs = _stop_reqs(name)
+    with detokenizer(plugin=True):
+        op = OutputProcessor(vllm_tokenizer(name), log_stats=False, stream_interval=4)
+        seqs = replay(vllm_tokenizer(name), reqs, step=1, op=op)
+    check(name, reqs, seqs)
+
+
+def test_out_of_vocabulary_id_is_skipped_like_decode_and_logged(caplog):
+    """A model's padded vocabulary can sample an id past the tokenizer: the decode skips
+    it; the stream must not fail the server, and says what it skipped."""
+    name = "qwen3"
+    tok = vllm_tokenizer(name)
+    prompt, out = corpus(name)[0]
+    bad = len(tok) + 7
+    req = Req(prompt, [out[:5] + [bad] + out[5:]], {"stop": ["@@@"]})
+    with detokenizer(plugin=True), caplog.at_level(logging.WARNING, logger=shim.__name__):
+        seqs = replay(tok, [req], step=3)
+    check(name, [req], seqs)
+    assert f"token id {bad}" in caplog.text
+
+
+# --- where stock vLLM and the plugin differ: stock is the one that is wrong ----------
+#
+# Each case below is replayed through both, checked against the full decode, and named.
+# Wherever the two final texts differ, the case must be listed in STOCK_WRONG and the
+# plugin must equal the decode while stock does not.
+
+
+def _mid_char_prompt(name: str) -> Req:
+    """A prompt that ends inside a character the output completes (a chat template cut,
+    prefix caching on a byte boundary, a client that sends ids)."""
+    ids = encode(name, "答えは🫨です。続けて、ゆっくり考えてください。")
+    table_cut = next(k for k in range(1, len(ids)) if "\ufffd" in vllm_tokenizer(name).decode(ids[:k]))
+    return Req(ids[:table_cut], [ids[table_cut:]])
+
+
+def _length_mid_char(name: str) -> Req:
+    """max_tokens lands inside a character: the decode ends in U+FFFD."""
+    ids = encode(name, "答えは🫨です")
+    cut = next(k for k in range(1, len(ids)) if vllm_tokenizer(name).decode(ids[:k]).endswith("\ufffd"))
+    return Req(encode(name, "Q:"), [ids[:cut]])
+
+
+def _held_stop_prefix(name: str) -> Req:
+    """A long stop string configured: stock holds max(len(stop)) - 1 characters back at
+    every step; the plugin holds only a genuine partial match."""
+    prompt, out = corpus(name)[3]
+    return Req(prompt, [out], {"stop": ["<|the-end-of-this-answer|>"]})
+
+
+def _stop_then_length(name: str) -> Req:
+    """A partial stop at the very end of a length-capped stream: released at the end."""
+    ids = encode(name, "The answer is 42 ##")
+    return Req(encode(name, "Q:"), [ids], {"stop": ["###"]})
+
+
+CASES = {
+    "prompt_ends_mid_character": _mid_char_prompt,
+    "length_cut_mid_character": _length_mid_char,
+    "held_stop_prefix": _held_stop_prefix,
+    "partial_stop_at_length": _stop_then_length,
+}
+
+#: Final-text differences, by case: why stock is wrong there.
+STOCK_WRONG: dict[tuple[str, str], str] = {}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_differences_from_stock_are_stocks_errors(name, case):
+    req = CASES[case](name)
+    ours, stock = run_both(name, [req], kind=DELTA, step=1)
+    check(name, [req], ours)
+    w = want(vllm_tokenizer(name), req, req.outs[0])
+    if stock[0][0].text != ours[0][0].text:
+        assert (name, case) in STOCK_WRONG, (stock[0][0].text, ours[0][0].text)
+        assert stock[0][0].text != w.text
