@@ -26,6 +26,17 @@ _utf8_strict = codecs.getincrementaldecoder("utf-8")
 _BYTES = tuple(bytes((b,)) for b in range(256))
 
 
+def _surrogate_prefix(held: bytes) -> bool:
+    """ED A0..BF: the start of an encoded surrogate, certainly invalid UTF-8.
+
+    CPython's incremental decoder keeps these two bytes until a third arrives (every other
+    invalid prefix it rejects at once), while a full decode, Python's or Rust's
+    ``from_utf8_lossy``, already renders each as U+FFFD. Checked by hand so certain
+    invalid bytes leave as soon as they are certain.
+    """
+    return len(held) >= 2 and held[0] == 0xED and held[1] >= 0xA0
+
+
 class StreamDecoder(ABC):
     """The verbs every family's stream decoder offers."""
 
@@ -70,7 +81,11 @@ class ByteLevelStream(StreamDecoder):
                 return text
         dec = self._dec
         out = dec.decode(self._pieces[i])
-        self._held = bool(dec.getstate()[0])
+        held = dec.getstate()[0]
+        if held and _surrogate_prefix(held):
+            dec.reset()
+            return out + "\ufffd" * len(held)
+        self._held = bool(held)
         return out
 
     def feed(self, ids: Sequence[int]) -> str:
@@ -79,7 +94,12 @@ class ByteLevelStream(StreamDecoder):
         pieces, skip = self._pieces, self._skip or ()
         dec = self._dec
         out = dec.decode(b"".join(pieces[i] for i in ids if i not in skip))
-        self._held = bool(dec.getstate()[0])
+        held = dec.getstate()[0]
+        if held and _surrogate_prefix(held):
+            dec.reset()
+            self._held = False
+            return out + "\ufffd" * len(held)
+        self._held = bool(held)
         return out
 
     def flush(self) -> str:
@@ -145,6 +165,8 @@ class SentencePieceStream(StreamDecoder):
         self._run_len += 1
         try:
             self._run_text.append(self._dec.decode(_BYTES[b]))
+            if b >= 0xA0 and _surrogate_prefix(self._dec.getstate()[0]):
+                raise UnicodeDecodeError("utf-8", b"", 0, 1, "surrogate")
         except UnicodeDecodeError:
             self._run_bad = True
             return "\ufffd" * self._run_len
@@ -182,6 +204,8 @@ class SentencePieceStream(StreamDecoder):
         self._run_len += 1
         try:
             self._run_text.append(self._dec.decode(_BYTES[b]))
+            if b >= 0xA0 and _surrogate_prefix(self._dec.getstate()[0]):
+                raise UnicodeDecodeError("utf-8", b"", 0, 1, "surrogate")
         except UnicodeDecodeError:
             self._run_bad = True
             return self._out("\ufffd" * self._run_len)

@@ -36,8 +36,9 @@ class Matcher:
     # The match reported when the automaton enters a node: the longest pattern ending
     # there (its index), or -1.
     match: tuple[int, ...]
-    # Any character of any pattern: a chunk without one, scanned from the root, stays there.
-    alphabet: re.Pattern[str]
+    # The first characters of the patterns: from the root, the automaton can only move on
+    # one of them, so the scan jumps (in C, with a regex) to the next one.
+    first: re.Pattern[str]
 
     @staticmethod
     @functools.lru_cache(maxsize=256)
@@ -77,9 +78,9 @@ class Matcher:
                 if match[child] == -1:
                     match[child] = match[fail[child]]
                 order.append(child)
-        chars = "".join(sorted({c for p in patterns for c in p}))
-        alphabet = re.compile("[" + re.escape(chars) + "]") if chars else re.compile("(?!)")
-        return Matcher(patterns, tuple(goto), tuple(fail), tuple(depth), tuple(match), alphabet)
+        chars = "".join(sorted({p[0] for p in patterns}))
+        first = re.compile("[" + re.escape(chars) + "]")
+        return Matcher(patterns, tuple(goto), tuple(fail), tuple(depth), tuple(match), first)
 
     def scan(self, state: int, text: str) -> tuple[int, tuple[int, int] | None]:
         """Advance over ``text``; stop at the first complete match.
@@ -87,13 +88,19 @@ class Matcher:
         Returns the new state and ``(pattern_index, end)`` where ``text[:end]`` ends with
         the pattern, or ``None`` with the state after the whole text.
         """
-        if state == 0 and self.alphabet.search(text) is None:
-            return 0, None
-        goto, fail, match = self.goto, self.fail, self.match
-        for pos, ch in enumerate(text):
+        goto, fail, match, first = self.goto, self.fail, self.match, self.first
+        pos, n = 0, len(text)
+        while pos < n:
+            if state == 0:
+                m = first.search(text, pos)
+                if m is None:
+                    return 0, None
+                pos = m.start()
+            ch = text[pos]
+            pos += 1
             while state and ch not in goto[state]:
                 state = fail[state]
             state = goto[state].get(ch, 0)
             if match[state] != -1:
-                return state, (match[state], pos + 1)
+                return state, (match[state], pos)
         return state, None

@@ -139,6 +139,7 @@ class DetokenizerState:
         "_size",
         "_done",
         "_fast",
+        "_fast_static",
     )
 
     # --- construction ------------------------------------------------------------------
@@ -272,6 +273,13 @@ class DetokenizerState:
         self._log: list[tuple[Channel, str]] = []
         if tags is not None and self._mode == _REASONING:
             self._log.append(("tag", ""))  # the open tag lives in the prompt
+        self._fast_static = (
+            self._vocab is not None
+            and not self._stop_ids
+            and max_tokens is None
+            and all(m is None for m in self._matchers)
+            and not self._id_tags
+        )
         self._fast = self._fast_ready()
         return self
 
@@ -294,6 +302,15 @@ class DetokenizerState:
                 return _ONE_EMPTY
         if self._done:
             raise StreamFinishedError(self._n_out, self.request_id, self._finish_reason or "finish() was called")
+        if (
+            type(ids) is int
+            and self._vocab is not None
+            and 0 <= ids < self._size
+            and self._vocab[ids] is not None
+            and not self._skip_chars
+            and ids not in self._id_tags
+        ):
+            return self._push_one(ids)
         if isinstance(ids, int) and not isinstance(ids, bool):
             batch: Sequence[Any] = (ids,)
         elif isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
@@ -381,17 +398,54 @@ class DetokenizerState:
 
     # --- internals ---------------------------------------------------------------------
 
+    def _push_one(self, tid: int) -> Delta:
+        """One checked id on a table path: the loop of ``push`` without its allocations.
+
+        Steps as in ``push``: count the token; a stop token ends the stream (its text
+        only with include_stop_str_in_output); otherwise its settled text goes through
+        the boundary scan; then max_tokens.
+        """
+        self._n_out += 1
+        self.token_ids.append(tid)
+        stop_token = tid in self._stop_ids and self._n_out > self._min_tokens
+        if not stop_token or self._include_stop:
+            text = self._dec.feed_one(tid)
+            if text:
+                # Common case: content, nothing held, no pattern can start in this text.
+                ac = self._ac
+                if (
+                    self._mode == _CONTENT
+                    and self._ac_state == 0
+                    and (ac is None or ac.first.search(text) is None)
+                ):
+                    self._log.append(("content", text))
+                    if not stop_token and (self._max_tokens is None or self._n_out < self._max_tokens):
+                        return Delta(text, "", _EMPTY, None, None, 1)
+                    out = _Out()
+                    out.text.append(text)
+                else:
+                    out = _Out()
+                    self._take(text, out)
+            else:
+                out = _Out()
+        else:
+            out = _Out()
+        if self._finish_reason is None:
+            if stop_token:
+                self._finish_reason = "stop"
+                self._stop_reason = None if tid in self._eos_ids else tid
+            elif self._max_tokens is not None and self._n_out >= self._max_tokens:
+                self._finish_reason = "length"
+        if self._finish_reason is not None:
+            self._close(out)
+            self._fast = False
+        if not out.text and not out.reasoning and not out.tools and self._finish_reason is None:
+            return _ONE_EMPTY
+        return self._delta(out, 1)
+
     def _fast_ready(self) -> bool:
         """Whether a plain push may go straight to the decoder (no stops, tags, skips)."""
-        return (
-            self._vocab is not None
-            and not self._skip_chars
-            and not self._stop_ids
-            and self._max_tokens is None
-            and all(m is None for m in self._matchers)
-            and not self._id_tags
-            and not self._done
-        )
+        return self._fast_static and not self._skip_chars and not self._done
 
     def _check_range(self, tid: int, position: int) -> None:
         vocab = self._vocab

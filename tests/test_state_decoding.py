@@ -293,3 +293,17 @@ def test_generic_path_window_is_bounded(qwen3, kind):
     got = "".join(s.push(i).text for i in ids) + s.finish().text
     assert got == qwen3.decode(ids)
     assert max(tok.windows) <= 16, max(tok.windows)
+
+
+def test_surrogate_prefix_is_certain_at_once(qwen3, mistral_v1):
+    """ED A0 starts an encoded surrogate: invalid at once, though CPython's incremental
+    decoder would keep it for a third byte."""
+    table, _ = build_table(qwen3)
+    ed, a1 = table.pieces.index(b"\xed"), table.pieces.index(b"\xa1")
+    d = IncrementalDetokenizer(qwen3, [])
+    assert [d.push(ed), d.push(a1)] == ["", "\ufffd\ufffd"]
+    assert qwen3.decode([ed, a1]) == "\ufffd\ufffd"
+    sp = [0xED + 3, 0xA1 + 3]  # <0xED> <0xA1>
+    d = IncrementalDetokenizer(mistral_v1, [])
+    assert [d.push(sp[0]), d.push(sp[1])] == ["", "\ufffd\ufffd"]
+    assert mistral_v1.decode(sp) == "\ufffd\ufffd"
