@@ -201,7 +201,17 @@ class Runner:
     'こんにちは！'
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, name: str = "", source: ModelSource | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str = "",
+        source: ModelSource | None = None,
+        eos_token_ids: Sequence[int] | None = None,
+    ) -> None:
+        """Wrap a loaded causal LM. ``eos_token_ids`` defaults to the tokenizer's EOS plus the
+        model's generation config's; pass ids to end rows elsewhere (``()``: never at EOS)."""
         self.model = model
         self.tokenizer = tokenizer
         self.name = name or type(model).__name__
@@ -212,7 +222,7 @@ class Runner:
         # ids). Those rows are never trained, but a sampler can still draw them; no tokenizer
         # can decode them, so the runner never picks them.
         self.usable_vocab = min(self.vocab_size, len(tokenizer))
-        self.eos_token_ids = _eos_ids(model, tokenizer)
+        self.eos_token_ids = _eos_ids(model, tokenizer) if eos_token_ids is None else tuple(eos_token_ids)
         pad = tokenizer.pad_token_id
         # The pad id only fills positions the attention mask hides: any valid id will do.
         self.pad_token_id = pad if pad is not None else (min(self.eos_token_ids) if self.eos_token_ids else 0)
