@@ -307,3 +307,43 @@ def test_surrogate_prefix_is_certain_at_once(qwen3, mistral_v1):
     d = IncrementalDetokenizer(mistral_v1, [])
     assert [d.push(sp[0]), d.push(sp[1])] == ["", "\ufffd\ufffd"]
     assert mistral_v1.decode(sp) == "\ufffd\ufffd"
+
+
+@pytest.fixture(scope="module")
+def cleaning_mistral():
+    """Mistral v1 with transformers' clean_up_tokenization_spaces forced on (5.x skips it
+    for BPE unless forced): a real decode that rewrites " ." to "." across the text."""
+    import copy
+
+    import tokenizer_zoo
+
+    tok = copy.deepcopy(tokenizer_zoo.load("mistral_v1"))
+    tok.clean_up_tokenization_spaces = True
+    tok.clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output = True
+    assert tok.decode(tok.encode("a . b n't", add_special_tokens=False)) == "a. bn't"
+    return tok
+
+
+@given(data=st.data())
+def test_cleanup_tokenizer_streams_exactly(cleaning_mistral, data):
+    tok = cleaning_mistral
+    words = ["Hello", " .", " ,", " ?", " n't", " 's", " 've", " ' ", " world", "  ", "你好", " !"]
+    text = "".join(data.draw(st.lists(st.sampled_from(words), min_size=1, max_size=10)))
+    ids = tok.encode(text, add_special_tokens=False)
+    cut = data.draw(st.integers(0, len(ids)))
+    s = DetokenizerState.from_tokenizer(tok, prompt_ids=ids[:cut], eos_token_ids=())
+    assert s.path == "generic" and "clean_up" in s.why
+    got = "".join(s.push(i).text for i in ids[cut:]) + s.finish().text
+    assert got == expected(tok, ids[:cut], ids[cut:])
+
+
+def test_cleanup_reaching_back_into_the_prompt_follows_the_formula(cleaning_mistral):
+    """decode(prompt) = "Hello " but decode(prompt + out) = "Hello.": the rule removed a
+    space the prompt already showed. The stream follows the formula by position, so the
+    "." takes the space's slot and nothing is emitted for it (docs/design.md)."""
+    tok = cleaning_mistral
+    prompt = tok.encode("Hello", add_special_tokens=False) + [28705]  # "Hello" + "▁"
+    out = [tok.convert_tokens_to_ids(".")]
+    assert tok.decode(prompt) == "Hello " and tok.decode(prompt + out) == "Hello."
+    got = "".join(stream(tok, prompt, [out]))
+    assert got == expected(tok, prompt, out) == ""
