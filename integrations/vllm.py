@@ -22,10 +22,11 @@ the request has a tokenizer. Three things change for clients, all visible only i
 The switch, read in one place (:meth:`Settings.from_env`):
 
 * ``DETOK_PLUGIN=1`` (or ``true``/``yes``/``on``) switches it on; ``DETOK_PLUGIN=0``
-  (or ``false``/``no``/``off``) keeps stock vLLM even when the plugin is named below;
-* otherwise it is on when ``VLLM_PLUGINS`` names ``detok_plugin`` (vLLM then loads only the
-  plugins it names), and off when ``DETOK_PLUGIN`` is unset and ``VLLM_PLUGINS`` is unset
-  (vLLM loads every installed plugin then; being installed is not consent).
+  (or ``false``/``no``/``off``) keeps stock vLLM even when the plugin is named below; any
+  other value logs a warning and keeps stock vLLM;
+* otherwise (unset or empty) it is on when ``VLLM_PLUGINS`` names ``detok_plugin`` (vLLM
+  then loads only the plugins it names), and off when ``VLLM_PLUGINS`` is unset too (vLLM
+  loads every installed plugin then; being installed is not consent).
 
 The contract above is private vLLM API. :func:`register` checks it on every start-up; on a
 vLLM version not in :data:`VERIFIED_VLLM_VERSIONS` it logs a warning naming the version,
@@ -51,7 +52,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from detok_plugin import DetokenizerState, TokenIdError
+from detok_plugin import Delta, DetokenizerState, IncrementalDetokenizer, TokenIdError
 
 __all__ = [
     "PLUGIN_NAME",
@@ -97,9 +98,11 @@ class Settings:
         if raw in _OFF:
             return cls(False, f"DETOK_PLUGIN={env['DETOK_PLUGIN']}")
         if raw:
-            raise ValueError(
-                f"DETOK_PLUGIN={env['DETOK_PLUGIN']!r} is not understood: set DETOK_PLUGIN=1 to "
-                "switch detok-plugin on, DETOK_PLUGIN=0 to keep vLLM's stock detokenizer"
+            # As the transformers shim does: warn (in register) and stay off; raising here
+            # would stop vLLM at start-up, since load_general_plugins does not catch.
+            return cls(
+                False,
+                f"DETOK_PLUGIN={env['DETOK_PLUGIN']!r} is not one of 1/0/true/false/yes/no/on/off; ignored",
             )
         # vLLM splits VLLM_PLUGINS on "," and compares names exactly (vllm/envs.py).
         allowed = env.get("VLLM_PLUGINS")
@@ -112,7 +115,7 @@ class Settings:
 
 
 class VllmDetokenizer:
-    """vLLM's per-request detokenizer contract over one :class:`DetokenizerState`.
+    """vLLM's per-request detokenizer contract over the core.
 
     Invariants, for the text joined over ``get_next_output_text(..., delta=True)`` calls:
 
@@ -123,11 +126,16 @@ class VllmDetokenizer:
     2. nothing is taken back, and nothing settled is held except a genuine partial stop.
 
     The engine core, not the detokenizer, ends a stream on EOS and ``stop_token_ids`` (and
-    enforces ``min_tokens`` for them); it says so through ``stop_terminated``. So the state
-    is built with no stop or EOS ids, and only stop strings are matched here.
+    enforces ``min_tokens`` for them); it says so through ``stop_terminated``. So only stop
+    strings are matched here. ``path`` says which core object streams the text: a
+    :class:`detok_plugin.IncrementalDetokenizer` when the request has no stop strings (a
+    str per id, the cheapest path), else a :class:`detok_plugin.DetokenizerState`.
     """
 
-    __slots__ = ("request_id", "token_ids", "_state", "_include_stop", "_pieces", "_sent", "_text", "_folded", "_closed")
+    __slots__ = (
+        "request_id", "token_ids", "path", "_state", "_simple", "_include_stop",
+        "_pieces", "_sent", "_text", "_folded", "_closed",
+    )
 
     def __init__(self, tokenizer: Any, request: Any) -> None:
         params = request.sampling_params
@@ -135,22 +143,33 @@ class VllmDetokenizer:
         self.token_ids: list[int] = []
         self._include_stop = bool(params.include_stop_str_in_output)
         stop = params.stop
-        # from_tokenizer caches the verified table per tokenizer object: setup per request
-        # is the prompt's tail and the stop automaton (cached per stop tuple).
-        self._state = DetokenizerState.from_tokenizer(
-            tokenizer,
-            prompt_ids=request.prompt_token_ids or (),
-            skip_special_tokens=params.skip_special_tokens,
-            spaces_between_special_tokens=params.spaces_between_special_tokens,
-            stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
-            stop_token_ids=(),
-            eos_token_ids=(),
-            include_stop_str_in_output=self._include_stop,
-            min_tokens=params.min_tokens,
-            request_id=request.request_id,
-        )
-        # Released text, one piece per push that released any: DELTA joins the unsent
-        # tail, CUMULATIVE folds new pieces into one string. O(1) amortized per token.
+        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        prompt = request.prompt_token_ids or ()
+        # Both core objects reuse the verified table cached per tokenizer object, so setup
+        # per request is the prompt's decoder state and the stop automaton (cached too).
+        self._simple: IncrementalDetokenizer | None = None
+        self._state: DetokenizerState | None = None
+        if not stops and params.spaces_between_special_tokens:
+            self._simple = IncrementalDetokenizer(
+                tokenizer, prompt, skip_special_tokens=params.skip_special_tokens
+            )
+            self.path = "IncrementalDetokenizer"
+        else:
+            self._state = DetokenizerState.from_tokenizer(
+                tokenizer,
+                prompt_ids=prompt,
+                skip_special_tokens=params.skip_special_tokens,
+                spaces_between_special_tokens=params.spaces_between_special_tokens,
+                stop=stops,
+                stop_token_ids=(),
+                eos_token_ids=(),
+                include_stop_str_in_output=self._include_stop,
+                min_tokens=params.min_tokens,
+                request_id=request.request_id,
+            )
+            self.path = "DetokenizerState"
+        # Released text, one piece per id or push that released any: DELTA joins the
+        # unsent tail, CUMULATIVE folds new pieces into one string. O(1) amortized per id.
         self._pieces: list[str] = []
         self._sent = 0
         self._text = ""
@@ -171,16 +190,24 @@ class VllmDetokenizer:
            left out unless ``include_stop_str_in_output``, but the id is kept, as vLLM does.
         2. When a stop string completes inside a multi-token step, the ids after the one
            that completed it are dropped from ``output_token_ids``; the caller trims the
-           step's own copy from ``num_output_tokens()``.
+           step's own copy by comparing ``num_output_tokens()`` before and after.
         """
         if not new_token_ids:
             return None
-        n = len(new_token_ids)
-        skip_last = stop_terminated and not self._include_stop
-        fed = n - 1 if skip_last else n
-        if fed:
-            ids: int | Sequence[int] = new_token_ids[0] if fed == 1 else new_token_ids[:fed]
-            delta = self._push(ids)
+        fed = new_token_ids[:-1] if stop_terminated and not self._include_stop else new_token_ids
+        simple = self._simple
+        if simple is not None:
+            pieces = self._pieces
+            for token_id in fed:
+                try:
+                    text = simple.push(token_id)
+                except TokenIdError as exc:
+                    _log_unknown_id(exc)
+                    continue
+                if text:
+                    pieces.append(text)
+        elif fed:
+            delta = self._push(fed[0] if len(fed) == 1 else fed)
             if delta.text:
                 self._pieces.append(delta.text)
             if delta.finish_reason == "stop" and isinstance(delta.stop_reason, str):
@@ -193,7 +220,7 @@ class VllmDetokenizer:
         """The new text since the last delta call (``delta``), or all text so far."""
         if finished and not self._closed:
             self._closed = True
-            tail = self._state.finish().text
+            tail = self._simple.flush() if self._simple is not None else self._state.finish().text  # type: ignore[union-attr]
             if tail:
                 self._pieces.append(tail)
         pieces = self._pieces
@@ -208,23 +235,26 @@ class VllmDetokenizer:
             self._folded = len(pieces)
         return self._text
 
-    def _push(self, ids: int | Sequence[int]) -> Any:
+    def _push(self, ids: int | Sequence[int]) -> Delta:
+        assert self._state is not None
         try:
             return self._state.push(ids)
         except TokenIdError as exc:
-            # An id past the tokenizer (a model's padded vocabulary can sample one). The
-            # tokenizer's decode skips it and vLLM's stock path logs it and goes on
-            # (vllm-project/vllm#21951); raising here would fail every request on the
-            # server. Log it, and push the step without it (it stays in token_ids).
-            logger.warning("detok-plugin: %s; the text skips it, as the tokenizer's decode does", exc)
+            # Push the step without the id the decode skips; consumed maps back onto it.
+            _log_unknown_id(exc)
             batch = [ids] if isinstance(ids, int) else list(ids)
             kept = [k for k, i in enumerate(batch) if i != exc.token_id]
             delta = self._push([batch[k] for k in kept])
-            # consumed counts the ids pushed; map it back onto the step's ids.
-            consumed = kept[delta.consumed - 1] + 1 if delta.consumed else 0
             if delta.finish_reason is None:
-                consumed = len(batch)
-            return dataclasses.replace(delta, consumed=consumed)
+                return dataclasses.replace(delta, consumed=len(batch))
+            return dataclasses.replace(delta, consumed=kept[delta.consumed - 1] + 1 if delta.consumed else 0)
+
+
+def _log_unknown_id(exc: TokenIdError) -> None:
+    # An id past the tokenizer (a model's padded vocabulary can sample one). The tokenizer's
+    # decode skips it, and vLLM's stock path logs it and goes on (vllm-project/vllm#21951);
+    # raising would fail every request on the server. The id stays in output_token_ids.
+    logger.warning("detok-plugin: %s; the text skips it, as the tokenizer's decode does", exc)
 
 
 # --- the patch ------------------------------------------------------------------------
@@ -333,7 +363,8 @@ def register() -> bool:
     """
     settings = Settings.from_env()
     if not settings.enabled:
-        logger.debug("detok-plugin: off (%s); vLLM keeps its stock detokenizer", settings.source)
+        log = logger.warning if settings.source.endswith("ignored") else logger.debug
+        log("detok-plugin: off (%s); vLLM keeps its stock detokenizer", settings.source)
         return False
     detokenizer, _ = _import_vllm()
     version = _vllm_version()

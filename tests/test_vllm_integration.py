@@ -296,8 +296,16 @@ def test_settings_read_the_flag_in_one_place():
     assert S({"VLLM_PLUGINS": "lora_filesystem_resolver,detok_plugin"}).enabled
     assert not S({"VLLM_PLUGINS": "lora_filesystem_resolver"}).enabled
     assert not S({}).enabled  # installed is not switched on
-    with pytest.raises(ValueError, match="DETOK_PLUGIN='maybe'"):
-        S({"DETOK_PLUGIN": "maybe"})
+    odd = S({"DETOK_PLUGIN": "maybe", "VLLM_PLUGINS": "detok_plugin"})
+    assert not odd.enabled and "DETOK_PLUGIN='maybe'" in odd.source
+
+
+def test_an_odd_flag_value_warns_and_keeps_stock(monkeypatch, caplog):
+    monkeypatch.setenv("DETOK_PLUGIN", "maybe")
+    with caplog.at_level(logging.WARNING, logger=shim.__name__):
+        assert not shim.register()
+    assert not shim.is_registered()
+    assert "DETOK_PLUGIN='maybe'" in caplog.text
 
 
 def test_entry_point_is_declared():
@@ -339,10 +347,41 @@ def test_plugin_is_in_the_path_only_when_on(name):
             op = OutputProcessor(tok, log_stats=False)
             add(op, "r0", req, DELTA)
             assert type(op.request_states["r0"].detokenizer) is cls
-    # and the table the adapter uses is the one cached for this tokenizer object
-    from detok_plugin import build_table
 
-    assert build_table(tok) is build_table(tok)
+
+@pytest.mark.parametrize("stop", [None, ["@@@"]], ids=["IncrementalDetokenizer", "DetokenizerState"])
+def test_adapter_reuses_the_tokenizers_cached_table(monkeypatch, stop):
+    """Per-request setup never rebuilds the table: it is cached per tokenizer object."""
+    from detok_plugin import _tables
+
+    tok = vllm_tokenizer("qwen3")
+    _tables.build_table(tok)
+
+    def rebuild(tokenizer):
+        raise AssertionError("the table was rebuilt for a request")
+
+    monkeypatch.setattr(_tables, "_try_build", rebuild)
+    prompt, out = corpus("qwen3")[0]
+    with detokenizer(plugin=True):
+        op = OutputProcessor(tok, log_stats=False)
+        for i in range(3):
+            add(op, f"r{i}", Req(prompt, [out], {"stop": stop}), DELTA)
+        assert {op.request_states[f"r{i}"].detokenizer.path for i in range(3)} == {
+            "DetokenizerState" if stop else "IncrementalDetokenizer"
+        }
+
+
+def test_resumable_requests_stay_stock():
+    """A streaming-input session keeps one detokenizer across finished chunks; the plugin
+    leaves those to vLLM's own."""
+    tok = vllm_tokenizer("qwen3")
+    prompt, out = corpus("qwen3")[0]
+    with detokenizer(plugin=True):
+        op = OutputProcessor(tok, log_stats=False)
+        request = make_request("r0", Req(prompt, [out]), DELTA)
+        request.resumable = True
+        op.add_request(request, None)
+        assert type(op.request_states["r0"].detokenizer) is vllm_detokenizer.FastIncrementalDetokenizer
 
 
 def test_register_is_idempotent_and_unregister_restores_stock(monkeypatch):
@@ -526,14 +565,15 @@ def test_stream_interval_batches_outputs():
     check(name, reqs, seqs)
 
 
-def test_out_of_vocabulary_id_is_skipped_like_decode_and_logged(caplog):
+@pytest.mark.parametrize("stop", [["@@@"], None], ids=["DetokenizerState", "IncrementalDetokenizer"])
+def test_out_of_vocabulary_id_is_skipped_like_decode_and_logged(caplog, stop):
     """A model's padded vocabulary can sample an id past the tokenizer: the decode skips
     it; the stream must not fail the server, and says what it skipped."""
     name = "qwen3"
     tok = vllm_tokenizer(name)
     prompt, out = corpus(name)[0]
     bad = len(tok) + 7
-    req = Req(prompt, [out[:5] + [bad] + out[5:]], {"stop": ["@@@"]})
+    req = Req(prompt, [out[:5] + [bad] + out[5:]], {"stop": stop})
     with detokenizer(plugin=True), caplog.at_level(logging.WARNING, logger=shim.__name__):
         seqs = replay(tok, [req], step=3)
     check(name, [req], seqs)

@@ -1,0 +1,174 @@
+"""vLLM's ``OutputProcessor.process_outputs`` per engine step: stock detokenizer vs detok-plugin.
+
+Both run in this process on the same replayed engine outputs: ``concurrency`` requests, each
+a real multilingual text (English, Chinese, Japanese, emoji) tokenized by the real tokenizer,
+one token per request per step, DELTA outputs (what the OpenAI server streams). With
+``--stops``, every request carries four stop strings that never occur, so each stream runs to
+the end and every step pays for the stop check.
+
+The floor is the same replay with vLLM's base ``IncrementalDetokenizer`` (no text at all):
+what ``process_outputs`` costs without any detokenizer, so no detokenizer can beat
+``floor/stock``; ``detok ns/req`` is each one's cost above the floor per request per step.
+
+Timing: the processor and requests are built untimed; each ``process_outputs`` call is timed
+with ``perf_counter_ns``; a run's figure is the mean over its steps; the table shows the
+median over ``--repeats`` runs, stock and plugin interleaved (the order alternates), after a
+warm-up run of each. The plugin is switched on through its real entry point
+(``DETOK_PLUGIN=1`` and ``register()``), and off again with ``unregister()``.
+
+Run: ``.venv/bin/python benchmarks/bench_vllm_output_processor.py [--repeats 5] [--quick]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import time
+
+from _common import PARAGRAPHS, table, token_stream, tokenizer_zoo
+
+from vllm.sampling_params import RequestOutputKind, SamplingParams
+from vllm.tokenizers.hf import get_cached_tokenizer
+from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
+from vllm.v1.engine.detokenizer import IncrementalDetokenizer
+from vllm.v1.engine.output_processor import OutputProcessor
+
+from detok_plugin.integrations import vllm as shim
+
+STOPS = ["\n\nUser:", "</answer>", "<|endofturn|>", "Observation:"]
+TARGETS = {True: 0.6, False: 0.8}  # plugin / stock, with and without stops
+
+
+def workload(tok, concurrency: int, steps: int, prompt_len: int) -> list[tuple[list[int], list[int]]]:
+    """(prompt, output) ids per request: real text in four languages, at staggered offsets."""
+    langs = sorted(PARAGRAPHS)
+    streams = {lang: token_stream(tok, lang, steps * 4 + prompt_len) for lang in langs}
+    work = []
+    for r in range(concurrency):
+        ids = streams[langs[r % len(langs)]]
+        off = (r * 7) % (len(ids) - steps - prompt_len)
+        work.append((ids[off : off + prompt_len], ids[off + prompt_len : off + prompt_len + steps]))
+    return work
+
+
+def one_run(tok, work, *, stops: bool, plugin: bool | None) -> float:
+    """Mean ns per process_outputs call over one full replay (plugin None: the floor)."""
+    with _switched(plugin):
+        op = OutputProcessor(tok, log_stats=False)
+        for r, (prompt, _) in enumerate(work):
+            params = SamplingParams(
+                max_tokens=len(work[0][1]), output_kind=RequestOutputKind.DELTA, stop=STOPS if stops else None
+            )
+            op.add_request(
+                EngineCoreRequest(
+                    request_id=f"r{r}", external_req_id=f"r{r}", prompt_token_ids=list(prompt),
+                    mm_features=None, sampling_params=params, pooling_params=None, arrival_time=0.0,
+                    lora_request=None, cache_salt=None, data_parallel_rank=None,
+                ),
+                None,
+            )
+    steps = len(work[0][1])
+    batches = [
+        [
+            EngineCoreOutput(
+                request_id=f"r{r}",
+                new_token_ids=[out[k]],
+                finish_reason=FinishReason.LENGTH if k == steps - 1 else None,
+            )
+            for r, (_, out) in enumerate(work)
+        ]
+        for k in range(steps)
+    ]
+    gc.collect()
+    total = 0
+    process = op.process_outputs
+    for batch in batches:
+        t0 = time.perf_counter_ns()
+        process(batch)
+        total += time.perf_counter_ns() - t0
+    assert not op.has_unfinished_requests()
+    return total / steps
+
+
+class _switched:
+    """The plugin on (through its entry point), stock, or (None) the floor: vLLM's own base
+    ``IncrementalDetokenizer``, which makes no text at all, for building one run's requests."""
+
+    def __init__(self, plugin: bool | None) -> None:
+        self.plugin = plugin
+
+    def __enter__(self) -> None:
+        if self.plugin:
+            os.environ["DETOK_PLUGIN"] = "1"
+            assert shim.register()
+        elif self.plugin is None:
+            cls = IncrementalDetokenizer
+            self._stock = cls.__dict__["from_new_request"]
+            cls.from_new_request = classmethod(lambda cls, tokenizer, request: IncrementalDetokenizer())
+
+    def __exit__(self, *exc: object) -> None:
+        shim.unregister()
+        os.environ.pop("DETOK_PLUGIN", None)
+        if self.plugin is None:
+            IncrementalDetokenizer.from_new_request = self._stock
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=256, help="output tokens per request")
+    ap.add_argument("--prompt-len", type=int, default=64)
+    ap.add_argument("--tokenizer", default="qwen3", choices=["qwen3", "mistral_v1"])
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[64, 256, 1024])
+    ap.add_argument("--quick", action="store_true", help="2 repeats, 32 steps")
+    args = ap.parse_args()
+    if args.quick:
+        args.repeats, args.steps = 2, 32
+    tok = get_cached_tokenizer(tokenizer_zoo.load(args.tokenizer))
+    rows = []
+    for stops in (False, True):
+        for conc in args.concurrency:
+            work = workload(tok, conc, args.steps, args.prompt_len)
+            modes = (False, True, None)
+            for plugin in modes:  # warm-up
+                one_run(tok, work, stops=stops, plugin=plugin)
+            samples: dict[bool | None, list[float]] = {m: [] for m in modes}
+            for rep in range(args.repeats):
+                for plugin in (modes if rep % 2 == 0 else modes[::-1]):
+                    samples[plugin].append(one_run(tok, work, stops=stops, plugin=plugin))
+            stock, ours, floor = (statistics.median(samples[m]) for m in modes)
+            ratio = ours / stock
+            rows.append(
+                (
+                    "4 stops" if stops else "none",
+                    conc,
+                    f"{stock / 1e3:.1f}",
+                    f"{ours / 1e3:.1f}",
+                    f"{floor / 1e3:.1f}",
+                    f"{(stock - floor) / conc:.0f}",
+                    f"{(ours - floor) / conc:.0f}",
+                    f"{ratio:.2f}x",
+                    f"{floor / stock:.2f}x",
+                    f"<= {TARGETS[stops]}x",
+                    "ok" if ratio <= TARGETS[stops] else "MISSED",
+                )
+            )
+            print(f"  done: stops={stops} concurrency={conc} ratio={ratio:.2f}", flush=True)
+    print()
+    print(
+        f"OutputProcessor.process_outputs per engine step, {args.tokenizer}, DELTA, 1 token/request/step, "
+        f"{args.steps} steps, prompt {args.prompt_len} ids, median of {args.repeats} interleaved runs"
+    )
+    print(
+        table(
+            rows,
+            ["stops", "requests", "stock µs/step", "plugin µs/step", "floor µs/step",
+             "stock detok ns/req", "plugin detok ns/req", "plugin/stock", "floor/stock", "target", ""],
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
