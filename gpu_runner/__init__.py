@@ -17,6 +17,7 @@ from typing import Any
 
 from .errors import (
     BatchTooLargeError,
+    DeviceError,
     ModelFetchError,
     ModelLoadError,
     ModelNotFoundError,
@@ -28,6 +29,7 @@ from .fetch import default_cache_dir, fetch_default_model
 
 __all__ = [
     "BatchTooLargeError",
+    "DeviceError",
     "GenerationSettings",
     "ModelFetchError",
     "ModelLoadError",

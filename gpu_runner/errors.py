@@ -7,6 +7,7 @@ The tree::
     │   (FileNotFoundError)
     ├── ModelLoadError (OSError)        a path exists but transformers cannot load it
     ├── ModelFetchError (RuntimeError)  the default model could not be downloaded/unpacked
+    ├── DeviceError (RuntimeError)      --device names a device torch does not have
     ├── PromptError (ValueError)        an empty prompt, or a prompt id outside the vocabulary
     ├── PromptTypeError (TypeError)     a prompt that is neither str nor a sequence of int
     └── BatchTooLargeError              the batch's KV cache and logits do not fit
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 __all__ = [
     "BatchTooLargeError",
+    "DeviceError",
     "ModelFetchError",
     "ModelLoadError",
     "ModelNotFoundError",
@@ -56,6 +58,10 @@ class ModelLoadError(RunnerError, OSError):
 
 class ModelFetchError(RunnerError, RuntimeError):
     """Downloading or unpacking the default model's wheel failed."""
+
+
+class DeviceError(RunnerError, RuntimeError):
+    """``--device`` asks for a device this torch build or machine does not have."""
 
 
 class PromptError(RunnerError, ValueError):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from ._deps import torch
-from .errors import ModelLoadError, ModelNotFoundError
+from .errors import DeviceError, ModelLoadError, ModelNotFoundError
 from .fetch import DEFAULT_MODEL_NAME, fetch_default_model
 
 __all__ = [
@@ -86,11 +86,11 @@ def select_device(name: str = "auto") -> "torch.device":
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ModelLoadError("--device", f"{name!r} was asked for but torch sees no CUDA device; use --device cpu")
+        raise DeviceError(f"--device {name} was asked for but torch sees no CUDA device; use --device cpu or auto")
     try:
         return torch.device(name)
     except RuntimeError as exc:
-        raise ModelLoadError("--device", f"{name!r} is not a torch device ({exc})") from exc
+        raise DeviceError(f"--device {name!r} is not a torch device ({exc})") from exc
 
 
 def select_dtype(name: str, device: "torch.device") -> "torch.dtype":
@@ -120,8 +120,9 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    source = resolve_model(spec, cache_dir=cache_dir, progress=progress)
+    # The device first: a wrong --device should fail before a 98 MB download.
     dev = select_device(device) if isinstance(device, str) else device
+    source = resolve_model(spec, cache_dir=cache_dir, progress=progress)
     torch_dtype = select_dtype(dtype, dev)
     if progress is not None:
         progress.write(f"detok-plugin: loading {source.label} on {dev} ({str(torch_dtype).removeprefix('torch.')})\n")

@@ -317,3 +317,13 @@ def test_smollm2_multilingual_batch4(smollm2: Runner) -> None:
     report = run_verify(smollm2, GenerationSettings(max_new_tokens=24), batch=4, prompts=VERIFY_PROMPTS[:4])
     assert report.ok, [(c.label, c.text, c.expected) for c in report.checks if not c.ok]
     assert sum(c.fffd_naive for c in report.checks) > 0  # the naive stream would have shown U+FFFD
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message for a machine without CUDA")
+def test_cuda_device_without_cuda_is_a_clear_error() -> None:
+    from detok_plugin.gpu_runner import DeviceError
+    from detok_plugin.gpu_runner.model import select_device
+
+    with pytest.raises(DeviceError, match="no CUDA device"):
+        select_device("cuda")
+    assert select_device("auto").type == "cpu"
