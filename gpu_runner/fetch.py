@@ -166,5 +166,5 @@ def _bar(progress: IO[str] | None, label: str, done: int, total: int) -> None:
     width = 30
     filled = width * done // max(total, 1)
     progress.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] "
-                   f"{done / 2**20:5.1f}/{total / 2**20:.1f} MB")
+                   f"{done / 1e6:5.1f}/{total / 1e6:.1f} MB")
     progress.flush()
