@@ -740,3 +740,16 @@ def test_stop_ending_in_byte_fallback_run():
     with detokenizer(plugin=True):
         seqs = replay(vllm_tokenizer(name), [req], step=len(ids))
     assert seqs[0][0].token_ids == ids[:4]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core: two stop strings ending on the same character; vLLM's check_stop_strings picks "
+    "the first in list order, the core's automaton the longest",
+)
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_stop_tie_follows_list_order(name):
+    req = Req(encode(name, "Q:"), [encode(name, " The abc song")], {"stop": ["bc", "abc"]})
+    with detokenizer(plugin=True):
+        seqs = replay(vllm_tokenizer(name), [req], step=1)
+    assert (seqs[0][0].text, seqs[0][0].stop_reason) == (" The a", "bc")
