@@ -51,6 +51,17 @@ class StreamDecoder(ABC):
     @abstractmethod
     def peek_final(self) -> str: ...
 
+    def feed_one(self, i: int) -> str:
+        return self.feed((i,))
+
+    def prime(self, prompt: Sequence[int]) -> None:
+        """Take the prompt's ids (their text is the caller's, not the stream's)."""
+        self.feed(prompt)
+
+    def holds(self) -> bool:
+        """Whether text is held that the end of the stream would render (see peek_final)."""
+        return False
+
 
 class ByteLevelStream(StreamDecoder):
     """Byte-level BPE: concatenate token bytes, decode UTF-8 incrementally.
@@ -101,6 +112,24 @@ class ByteLevelStream(StreamDecoder):
             return out + "\ufffd" * len(held)
         self._held = bool(held)
         return out
+
+    def prime(self, prompt: Sequence[int]) -> None:
+        """Feed only the prompt's last ids that hold its last 4 bytes: what the UTF-8
+        decoder holds after the whole prompt starts at a lead byte at most 3 bytes from the
+        end, and a lead byte always starts a fresh sequence, so O(1) per request."""
+        skip = self._skip or ()
+        pieces = self._pieces
+        start, nbytes = len(prompt), 0
+        while start > 0 and nbytes < 4:
+            start -= 1
+            i = prompt[start]
+            if i not in skip:
+                nbytes += len(pieces[i])
+        if start < len(prompt):
+            self.feed(prompt[start:])
+
+    def holds(self) -> bool:
+        return self._held
 
     def flush(self) -> str:
         self._held = False
@@ -211,6 +240,25 @@ class SentencePieceStream(StreamDecoder):
             return self._out("\ufffd" * self._run_len)
         return ""
 
+    def prime(self, prompt: Sequence[int]) -> None:
+        """Feed the prompt from its last text piece on (its trailing byte run may matter
+        whole), and decide the leading-space strip from whether anything before produced
+        text: O(1) per request unless the prompt ends in a long byte run."""
+        skip = self._skip or ()
+        byte_values, pieces = self._bytes, self._pieces
+        j = len(prompt) - 1
+        while j >= 0 and (prompt[j] in skip or byte_values[prompt[j]] >= 0):
+            j -= 1
+        start = max(j, 0)
+        if self._strip and start > 0:
+            if any(i not in skip and (byte_values[i] >= 0 or pieces[i]) for i in prompt[:start]):
+                self._strip = False
+        if start < len(prompt):
+            self.feed(prompt[start:])
+
+    def holds(self) -> bool:
+        return self._run_len > 0 and not self._run_bad
+
     def flush(self) -> str:
         return self._out(self._close_run())
 
@@ -281,9 +329,6 @@ class GenericStream(StreamDecoder):
         self._prefix, self._read = self._read, upto
         self._base = self._decode(self._ids[self._prefix : self._read])
         return out
-
-    def feed_one(self, i: int) -> str:
-        return self.feed((i,))
 
     def feed(self, ids: Sequence[int]) -> str:
         self._ids.extend(ids)

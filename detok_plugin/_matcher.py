@@ -8,7 +8,7 @@ re-searches a window per stop string; TGI searches the whole text).
 
 >>> m = Matcher.build(("\\n\\nUser:", "###"))
 >>> state, hit = m.scan(0, "Hi.\\n\\nUs")
->>> hit is None, m.depth[state]          # "\\n\\nUs" may still become a stop: hold 4
+>>> hit is None, m.hold[state]           # "\\n\\nUs" may still become a stop: hold 4
 (True, 4)
 >>> state, hit = m.scan(state, "er: more")
 >>> hit                                   # (pattern index, end offset in the chunk)
@@ -33,20 +33,26 @@ class Matcher:
     goto: tuple[dict[str, int], ...]
     fail: tuple[int, ...]
     depth: tuple[int, ...]
-    # The match reported when the automaton enters a node: the longest pattern ending
-    # there (its index), or -1.
+    # The match reported when the automaton enters a node: of the patterns ending there,
+    # the first in list order (as vLLM's check_stop_strings ranks stops), or -1.
     match: tuple[int, ...]
+    # Characters to hold at a node: the longest suffix of the scanned text that is a prefix
+    # of a *holding* pattern. A stop kept in the output (include_stop_str_in_output) does
+    # not hold: its characters leave whether or not it completes.
+    hold: tuple[int, ...]
     # The first characters of the patterns: from the root, the automaton can only move on
     # one of them, so the scan jumps (in C, with a regex) to the next one.
     first: re.Pattern[str]
 
     @staticmethod
     @functools.lru_cache(maxsize=256)
-    def build(patterns: Sequence[str]) -> "Matcher":
+    def build(patterns: Sequence[str], holding: Sequence[bool] | None = None) -> "Matcher":
         patterns = tuple(patterns)
+        holds = tuple(holding) if holding is not None else (True,) * len(patterns)
         goto: list[dict[str, int]] = [{}]
         depth = [0]
         own = [-1]
+        on_hold_path = [True]
         for index, p in enumerate(patterns):
             if not p:
                 raise ValueError("empty stop string or tag")
@@ -59,12 +65,17 @@ class Matcher:
                     goto.append({})
                     depth.append(depth[node] + 1)
                     own.append(-1)
+                    on_hold_path.append(False)
                 node = nxt
+                on_hold_path[node] = on_hold_path[node] or holds[index]
             if own[node] == -1:  # the first of duplicate patterns wins
                 own[node] = index
         fail = [0] * len(goto)
         match = own[:]
+        hold = [0] * len(goto)
         order = list(goto[0].values())
+        for child in order:
+            hold[child] = 1 if on_hold_path[child] else 0
         head = 0
         while head < len(order):
             node = order[head]
@@ -75,12 +86,14 @@ class Matcher:
                     f = fail[f]
                 fc = goto[f].get(ch, 0)
                 fail[child] = fc if fc != child else 0
-                if match[child] == -1:
-                    match[child] = match[fail[child]]
+                inherited = match[fail[child]]
+                if inherited != -1 and (match[child] == -1 or inherited < match[child]):
+                    match[child] = inherited
+                hold[child] = depth[child] if on_hold_path[child] else hold[fail[child]]
                 order.append(child)
         chars = "".join(sorted({p[0] for p in patterns}))
         first = re.compile("[" + re.escape(chars) + "]")
-        return Matcher(patterns, tuple(goto), tuple(fail), tuple(depth), tuple(match), first)
+        return Matcher(patterns, tuple(goto), tuple(fail), tuple(depth), tuple(match), tuple(hold), first)
 
     def scan(self, state: int, text: str) -> tuple[int, tuple[int, int] | None]:
         """Advance over ``text``; stop at the first complete match.

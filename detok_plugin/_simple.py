@@ -56,7 +56,8 @@ class IncrementalDetokenizer:
                 state._n_out += 1
                 state.token_ids.append(token_id)
                 if text:
-                    state._log.append(("content", text))
+                    state._log_text.append(text)
+                    state._log_kind.append(0)  # content
                 return text
         return state.push(token_id).text
 

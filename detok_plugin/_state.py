@@ -24,6 +24,7 @@ is ever taken back.
 from __future__ import annotations
 
 import operator
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -40,7 +41,8 @@ FinishReason = Literal["stop", "length"]
 Reasoning = Literal["separate", "strip", "inline"]
 Channel = Literal["content", "reasoning", "tool", "tag", "stop"]
 
-_CONTENT, _REASONING, _TOOL = 0, 1, 2
+_CONTENT, _REASONING, _TOOL, _TAG, _STOP = 0, 1, 2, 3, 4
+_CHANNEL_NAMES: tuple[Channel, ...] = ("content", "reasoning", "tool", "tag", "stop")
 _EMPTY: tuple[ToolCall, ...] = ()
 
 
@@ -66,6 +68,28 @@ class Delta:
 
 
 _ONE_EMPTY = Delta(consumed=1)
+
+# The hot path builds a one-token content Delta by filling its slots directly: a frozen
+# dataclass's __init__ goes through object.__setattr__ once per field, about twice the cost.
+_new_delta = object.__new__
+_set_text = Delta.text.__set__  # type: ignore[attr-defined]
+_set_reasoning = Delta.reasoning.__set__  # type: ignore[attr-defined]
+_set_tools = Delta.tool_calls.__set__  # type: ignore[attr-defined]
+_set_finish = Delta.finish_reason.__set__  # type: ignore[attr-defined]
+_set_stop = Delta.stop_reason.__set__  # type: ignore[attr-defined]
+_set_consumed = Delta.consumed.__set__  # type: ignore[attr-defined]
+
+
+def _text_delta(text: str) -> Delta:
+    """``Delta(text, consumed=1)``, built by filling the slots (equal, and faster)."""
+    d = _new_delta(Delta)
+    _set_text(d, text)
+    _set_reasoning(d, "")
+    _set_tools(d, _EMPTY)
+    _set_finish(d, None)
+    _set_stop(d, None)
+    _set_consumed(d, 1)
+    return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +136,7 @@ class DetokenizerState:
         "token_ids",
         "_dec",
         "_vocab",
+        "_size",
         "_skip_chars",
         "_stop",
         "_stop_ids",
@@ -121,22 +146,21 @@ class DetokenizerState:
         "_max_tokens",
         "_tags",
         "_reasoning_mode",
-        "_stop_in_reasoning",
         "_id_tags",
         "_matchers",
         "_kinds",
+        "_has_stops",
         "_mode",
         "_ac",
         "_ac_state",
         "_pending",
         "_tool_index",
         "_tool_body",
-        "_log",
+        "_log_text",
+        "_log_kind",
         "_finish_reason",
         "_stop_reason",
         "_n_out",
-        "_skip_special",
-        "_size",
         "_done",
         "_fast",
         "_fast_static",
@@ -166,9 +190,9 @@ class DetokenizerState:
         """Start a stream on ``tokenizer`` (transformers, ``tokenizers.Tokenizer``, a
         :class:`TokenTable`, or anything with ``decode(ids)``).
 
-        ``eos_token_ids`` defaults to the tokenizer's own EOS ids; pass ``()`` to ignore EOS.
-        ``spaces_between_special_tokens`` reaches only tokenizers whose decode takes it
-        (slow SentencePiece tokenizers); tokenizers-backed ones ignore it, as their decode does.
+        ``eos_token_ids`` defaults to the tokenizer's own EOS ids; pass ``()`` to leave EOS
+        to the caller. ``spaces_between_special_tokens`` reaches only tokenizers whose decode
+        takes it (slow SentencePiece tokenizers); tokenizers-backed decodes ignore it.
         """
         if reasoning not in ("separate", "strip", "inline"):
             raise ValueError(f"reasoning must be 'separate', 'strip' or 'inline', not {reasoning!r}")
@@ -176,25 +200,22 @@ class DetokenizerState:
             tags = TagSet.preset(tags)
         self = cls.__new__(cls)
         self.request_id = request_id
-        self._skip_special = skip_special_tokens
         table, why = build_table(tokenizer)
         if table is None and not callable(getattr(tokenizer, "decode", None)):
             raise UnsupportedTokenizerError(
                 f"{type(tokenizer).__name__} is not a transformers or tokenizers tokenizer, a "
                 "TokenTable, or an object with decode(ids): detok-plugin cannot read it"
             )
-        prompt = [_as_id(v, i - len(prompt_ids), request_id) for i, v in enumerate(prompt_ids)]
+        dec: StreamDecoder
         if table is not None:
             self._vocab = table.pieces
             self._size = len(table.pieces)
-            for i, tid in enumerate(prompt):
-                self._check_range(tid, i - len(prompt))
-            dec: StreamDecoder
+            prompt = self._checked_prompt(prompt_ids)
             if table.family == "byte_level":
                 dec = ByteLevelStream(table, skip_special_tokens=skip_special_tokens)
             else:
                 dec = SentencePieceStream(table, skip_special_tokens=skip_special_tokens)
-            prompt_text = dec.feed(prompt) if prompt else ""
+            dec.prime(prompt)
             # decode(prompt) renders a held tail as final: its characters stand where the
             # output's first characters will, so the output starts that many characters in.
             self._skip_chars = len(dec.peek_final())
@@ -202,10 +223,8 @@ class DetokenizerState:
             eos_default: tuple[int, ...] = table.eos_token_ids
         else:
             self._vocab = None
-            size = _vocab_size(tokenizer)
-            self._size = size
-            for i, tid in enumerate(prompt):
-                self._check_range(tid, i - len(prompt))
+            self._size = _vocab_size(tokenizer)
+            prompt = self._checked_prompt(prompt_ids)
             decode_kwargs: dict[str, Any] = {"skip_special_tokens": skip_special_tokens}
             if _takes_kwarg(tokenizer, "spaces_between_special_tokens"):
                 decode_kwargs["spaces_between_special_tokens"] = spaces_between_special_tokens
@@ -213,11 +232,11 @@ class DetokenizerState:
             def decode(ids: list[int], _d=tokenizer.decode, _k=decode_kwargs) -> str:
                 return _d(ids, **_k)
 
-            dec = GenericStream(decode, prompt, cleanup=bool(getattr(tokenizer, "clean_up_tokenization_spaces", False)))
+            cleanup = bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
+            dec = GenericStream(decode, prompt, cleanup=cleanup)
             self._skip_chars = 0
             tail = tokenizer.decode(prompt[-16:]) if prompt else ""
             eos_default = _eos_of(tokenizer)
-            self._size = size
         self.path = dec.path
         self.why = why
         self._dec = dec
@@ -239,7 +258,6 @@ class DetokenizerState:
         # Tags and channels: one automaton per channel, over the patterns live in it.
         self._tags = tags
         self._reasoning_mode = reasoning
-        self._stop_in_reasoning = stop_in_reasoning
         self._kinds: list[list[tuple[str, str]]] = [[], [], []]
         for s in stops:
             self._kinds[_CONTENT].append(("stop", s))
@@ -254,25 +272,32 @@ class DetokenizerState:
                 self._kinds[_CONTENT].append(("t_open", tags.tool_open))
                 if tags.tool_close:
                     self._kinds[_TOOL].append(("t_close", tags.tool_close))
+        # A stop kept in the output need not be held: its characters leave either way.
         self._matchers = tuple(
-            Matcher.build(tuple(p for _, p in kinds)) if kinds else None for kinds in self._kinds
+            Matcher.build(
+                tuple(p for _, p in kinds),
+                tuple(not (k == "stop" and include_stop_str_in_output) for k, _ in kinds),
+            )
+            if kinds
+            else None
+            for kinds in self._kinds
         )
+        self._has_stops = tuple(any(k == "stop" for k, _ in kinds) for kinds in self._kinds)
         self._id_tags = _id_tags(tokenizer, tags, skip_special_tokens) if tags is not None else {}
         self._mode = _CONTENT
+        self._log_text: list[str] = []
+        self._log_kind: list[int] = []
         if tags is not None and tags.reasoning_open and tags.reasoning_close:
             # A template that ends inside an open reasoning block (``<think>\n``) starts the
             # stream in reasoning.
-            t = tail.rstrip()
-            if t.endswith(tags.reasoning_open):
+            if tail.rstrip().endswith(tags.reasoning_open):
                 self._mode = _REASONING
+                self._log(_TAG, "")  # the open tag lives in the prompt
         self._ac = self._matchers[self._mode]
         self._ac_state = 0
         self._pending = ""
         self._tool_index = -1
         self._tool_body: list[str] = []
-        self._log: list[tuple[Channel, str]] = []
-        if tags is not None and self._mode == _REASONING:
-            self._log.append(("tag", ""))  # the open tag lives in the prompt
         self._fast_static = (
             self._vocab is not None
             and not self._stop_ids
@@ -297,23 +322,15 @@ class DetokenizerState:
                 self._n_out += 1
                 self.token_ids.append(ids)
                 if text:
-                    self._log.append(("content", text))
-                    return Delta(text, "", _EMPTY, None, None, 1)
+                    self._log_text.append(text)
+                    self._log_kind.append(_CONTENT)
+                    return _text_delta(text)
                 return _ONE_EMPTY
         if self._done:
             raise StreamFinishedError(self._n_out, self.request_id, self._finish_reason or "finish() was called")
-        if (
-            type(ids) is int
-            and self._vocab is not None
-            and 0 <= ids < self._size
-            and self._vocab[ids] is not None
-            and not self._skip_chars
-            and ids not in self._id_tags
-        ):
-            return self._push_one(ids)
-        if isinstance(ids, int) and not isinstance(ids, bool):
+        if type(ids) is int:
             batch: Sequence[Any] = (ids,)
-        elif isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        elif isinstance(ids, (str, bytes, bool)) or not hasattr(ids, "__iter__"):
             raise TokenTypeError(ids, self._n_out, self.request_id)
         else:
             batch = ids if isinstance(ids, (list, tuple)) else list(ids)
@@ -325,31 +342,14 @@ class DetokenizerState:
         consumed = 0
         for tid in checked:
             consumed += 1
-            self._n_out += 1
-            self.token_ids.append(tid)
-            stop_token = tid in self._stop_ids and self._n_out > self._min_tokens
-            if not stop_token or self._include_stop:
-                if tid in self._id_tags:
-                    self._id_tag(self._id_tags[tid], out)
-                text = self._dec.feed((tid,))
-                if self._skip_chars and text:
-                    cut = min(self._skip_chars, len(text))
-                    self._skip_chars -= cut
-                    text = text[cut:]
-                if text:
-                    self._take(text, out)
+            self._step(tid, out)
             if self._finish_reason is not None:
-                break
-            if stop_token:
-                self._finish_reason = "stop"
-                self._stop_reason = None if tid in self._eos_ids else tid
-                break
-            if self._max_tokens is not None and self._n_out >= self._max_tokens:
-                self._finish_reason = "length"
                 break
         if self._finish_reason is not None:
             self._close(out)
         self._fast = self._fast_ready()
+        if len(checked) == 1 and not out.text and not out.reasoning and not out.tools and self._finish_reason is None:
+            return _ONE_EMPTY
         return self._delta(out, consumed)
 
     def finish(self) -> Delta:
@@ -386,62 +386,91 @@ class DetokenizerState:
         return self._pending
 
     def log(self) -> list[Segment]:
-        """The lossless log, adjacent pieces of one channel merged."""
+        """The lossless log, adjacent pieces of one channel merged: joined, the full decode
+        up to the stop (the stop string itself is a ``"stop"`` segment when it is cut)."""
         merged: list[list[Any]] = []
-        for channel, text in self._log:
-            if merged and merged[-1][0] == channel and channel != "tag":
+        for kind, text in zip(self._log_kind, self._log_text):
+            if merged and merged[-1][0] == kind and kind != _TAG:
                 merged[-1][1].append(text)
             else:
-                merged.append([channel, [text]])
-        segments = (Segment(channel, "".join(parts)) for channel, parts in merged)
+                merged.append([kind, [text]])
+        segments = (Segment(_CHANNEL_NAMES[kind], "".join(parts)) for kind, parts in merged)
         return [seg for seg in segments if seg.text]
 
-    # --- internals ---------------------------------------------------------------------
+    # --- internals: one token ---------------------------------------------------------
 
-    def _push_one(self, tid: int) -> Delta:
-        """One checked id on a table path: the loop of ``push`` without its allocations.
+    def _checked_prompt(self, prompt_ids: Sequence[int]) -> list[int]:
+        """Validate the prompt, in C when it is clean; the per-id path names a bad id."""
+        if len(prompt_ids) == 0:
+            return []
+        try:
+            packed = array("q", prompt_ids)  # ints and __index__ objects only
+            clean = 0 <= min(packed) and max(packed) < self._size
+        except (TypeError, OverflowError):
+            clean = False
+        vocab = self._vocab
+        if clean:
+            prompt = packed.tolist()
+            if vocab is None or not any(vocab[t] is None for t in set(prompt)):
+                return prompt
+        n = len(prompt_ids)
+        prompt = [_as_id(v, i - n, self.request_id) for i, v in enumerate(prompt_ids)]
+        for i, tid in enumerate(prompt):
+            self._check_range(tid, i - n)
+        return prompt
 
-        Steps as in ``push``: count the token; a stop token ends the stream (its text
-        only with include_stop_str_in_output); otherwise its settled text goes through
-        the boundary scan; then max_tokens.
-        """
+    def _step(self, tid: int, out: _Out) -> None:
+        """One checked id: count it; a stop token ends the stream (its text only with
+        include_stop_str_in_output); otherwise its settled text goes through the boundary
+        scan; then the provisional stop check; then max_tokens."""
         self._n_out += 1
         self.token_ids.append(tid)
         stop_token = tid in self._stop_ids and self._n_out > self._min_tokens
         if not stop_token or self._include_stop:
+            if tid in self._id_tags:
+                self._id_tag(self._id_tags[tid], out)
             text = self._dec.feed_one(tid)
+            if self._skip_chars and text:
+                cut = min(self._skip_chars, len(text))
+                self._skip_chars -= cut
+                text = text[cut:]
             if text:
-                # Common case: content, nothing held, no pattern can start in this text.
-                ac = self._ac
-                if (
-                    self._mode == _CONTENT
-                    and self._ac_state == 0
-                    and (ac is None or ac.first.search(text) is None)
-                ):
-                    self._log.append(("content", text))
-                    if not stop_token and (self._max_tokens is None or self._n_out < self._max_tokens):
-                        return Delta(text, "", _EMPTY, None, None, 1)
-                    out = _Out()
-                    out.text.append(text)
-                else:
-                    out = _Out()
-                    self._take(text, out)
-            else:
-                out = _Out()
-        else:
-            out = _Out()
-        if self._finish_reason is None:
-            if stop_token:
-                self._finish_reason = "stop"
-                self._stop_reason = None if tid in self._eos_ids else tid
-            elif self._max_tokens is not None and self._n_out >= self._max_tokens:
-                self._finish_reason = "length"
+                self._take(text, out)
+            if self._finish_reason is None and self._has_stops[self._mode] and self._dec.holds():
+                self._provisional_stop(out)
         if self._finish_reason is not None:
-            self._close(out)
-            self._fast = False
-        if not out.text and not out.reasoning and not out.tools and self._finish_reason is None:
-            return _ONE_EMPTY
-        return self._delta(out, 1)
+            return
+        if stop_token:
+            self._finish_reason = "stop"
+            self._stop_reason = None if tid in self._eos_ids else tid
+        elif self._max_tokens is not None and self._n_out >= self._max_tokens:
+            self._finish_reason = "length"
+
+    def _provisional_stop(self, out: _Out) -> None:
+        """Stop where ``decode(prompt + out[:k])`` has the stop, as vLLM's rule says.
+
+        Why: a SentencePiece byte run (or a tail of bytes) is held because a *later* token
+        could change it; but if the stream ends here, the held text is final, and when that
+        final text completes a stop, ending here is exactly right. So scan the held text as
+        if final; on a stop, flush the decoder and let the scan cut the stream.
+        """
+        provisional = self._dec.peek_final()
+        if self._skip_chars:
+            provisional = provisional[self._skip_chars :]
+        ac = self._ac
+        if not provisional or ac is None:
+            return
+        _, hit = ac.scan(self._ac_state, provisional)
+        if hit is None or self._kinds[self._mode][hit[0]][0] != "stop" or self._n_out <= self._min_tokens:
+            return
+        text = self._dec.flush()
+        if self._skip_chars:
+            cut = min(self._skip_chars, len(text))
+            self._skip_chars -= cut
+            text = text[cut:]
+        self._take(text, out)
+
+    # --- internals: the boundary --------------------------------------------------------
 
     def _fast_ready(self) -> bool:
         """Whether a plain push may go straight to the decoder (no stops, tags, skips)."""
@@ -462,27 +491,29 @@ class DetokenizerState:
             consumed,
         )
 
+    def _log(self, kind: int, text: str) -> None:
+        self._log_kind.append(kind)
+        self._log_text.append(text)
+
     def _emit(self, text: str, out: _Out) -> None:
         """Send settled, unheld text to the current channel."""
         if not text:
             return
         mode = self._mode
+        self._log(mode, text)
         if mode == _CONTENT:
             out.text.append(text)
-            self._log.append(("content", text))
         elif mode == _REASONING:
-            self._log.append(("reasoning", text))
             if self._reasoning_mode == "separate":
                 out.reasoning.append(text)
             elif self._reasoning_mode == "inline":
                 out.text.append(text)
         else:
             self._tool_body.append(text)
-            self._log.append(("tool", text))
             out.tools.append(ToolCall(self._tool_index, text))
 
     def _tag_text(self, tag: str, out: _Out) -> None:
-        self._log.append(("tag", tag))
+        self._log(_TAG, tag)
         if self._reasoning_mode == "inline" and tag and (
             self._tags is not None and tag in (self._tags.reasoning_open, self._tags.reasoning_close)
         ):
@@ -499,33 +530,37 @@ class DetokenizerState:
             if hit is None:
                 self._ac_state = state
                 buf = self._pending + text
-                hold = ac.depth[state]
+                hold = ac.hold[state]
                 self._emit(buf[: len(buf) - hold], out)
                 self._pending = buf[len(buf) - hold :]
                 return
             index, end = hit
             kind, pattern = self._kinds[self._mode][index]
             buf = self._pending + text[:end]
-            before = buf[: len(buf) - len(pattern)]
             rest = text[end:]
             if kind == "stop" and self._n_out <= self._min_tokens:
                 # Too early to stop: keep scanning from here as if nothing matched.
                 self._ac_state = state
-                hold = ac.depth[state]
+                hold = ac.hold[state]
                 self._emit(buf[: len(buf) - hold], out)
                 self._pending = buf[len(buf) - hold :]
                 text = rest
                 continue
-            self._emit(before, out)
             self._pending = ""
             self._ac_state = 0
             if kind == "stop":
                 if self._include_stop:
-                    self._emit(pattern, out)
-                self._log.append(("stop", "" if self._include_stop else pattern))
+                    # Kept stops do not hold, so part of the stop may have left already:
+                    # everything up to its end leaves now.
+                    self._emit(buf, out)
+                    self._log(_STOP, "")
+                else:
+                    self._emit(buf[: len(buf) - len(pattern)], out)
+                    self._log(_STOP, pattern)
                 self._finish_reason = "stop"
                 self._stop_reason = pattern
                 return
+            self._emit(buf[: len(buf) - len(pattern)], out)
             self._switch(kind, pattern, out)
             text = rest
 
@@ -553,7 +588,7 @@ class DetokenizerState:
 
     def _id_tag(self, kind_pattern: tuple[str, str], out: _Out) -> None:
         """A tag token that skip_special_tokens removes from the text: act on its id."""
-        kind, pattern = kind_pattern
+        kind, _ = kind_pattern
         if self._mode != _CONTENT and kind == "t_open":
             return
         # Text held so far cannot join with a tag that has no text: release it.
@@ -582,8 +617,7 @@ class DetokenizerState:
 
     def _close(self, out: _Out) -> None:
         """Flush the decoder and everything held; finish an open tool call."""
-        stopped_by_string = self._finish_reason == "stop" and isinstance(self._stop_reason, str)
-        if not stopped_by_string:
+        if not (self._finish_reason == "stop" and isinstance(self._stop_reason, str)):
             text = self._dec.flush()
             if self._skip_chars and text:
                 cut = min(self._skip_chars, len(text))
@@ -591,9 +625,9 @@ class DetokenizerState:
                 text = text[cut:]
             if text:
                 self._take(text, out)
-        if self._finish_reason == "stop" and isinstance(self._stop_reason, str):
-            pass  # a stop string matched: what followed it is cut
-        else:
+        # A stop string cut the stream: what followed it is dropped. Otherwise the held
+        # text (a partial stop or tag that never completed) is released as it stands.
+        if not (self._finish_reason == "stop" and isinstance(self._stop_reason, str)):
             self._emit(self._pending, out)
             self._pending = ""
         if self._mode == _TOOL:

@@ -8,11 +8,11 @@ from detok_plugin._matcher import Matcher
 
 
 def _naive(patterns, text):
-    """Earliest end, then longest pattern; and the longest suffix that is a pattern prefix."""
+    """Earliest end, then list order (vLLM's ranking of stops)."""
     for end in range(1, len(text) + 1):
         hits = [i for i, p in enumerate(patterns) if text[:end].endswith(p)]
         if hits:
-            return max(hits, key=lambda i: (len(patterns[i]), -i)), end
+            return min(hits), end
     return None
 
 
@@ -41,8 +41,18 @@ def test_matches_naive_search_in_any_chunking(patterns, chunks):
         assert m.depth[state] == _hold(patterns, text)
     else:
         assert got is not None and got[1] == want[1]
-        assert len(patterns[got[0]]) == len(patterns[want[0]])
+        assert patterns[got[0]] == patterns[want[0]]
 
 
 def test_automaton_is_cached_per_pattern_tuple():
     assert Matcher.build(("a", "b")) is Matcher.build(("a", "b"))
+
+
+@given(st.lists(st.tuples(st.text(alphabet, min_size=1, max_size=5), st.booleans()), min_size=1, max_size=5), st.text(alphabet, max_size=12))
+def test_hold_counts_only_holding_patterns(pairs, text):
+    patterns = tuple(p for p, _ in pairs)
+    holding = tuple(h for _, h in pairs)
+    m = Matcher.build(patterns, holding)
+    state, hit = m.scan(0, text)
+    if hit is None:
+        assert m.hold[state] == _hold([p for p, h in pairs if h], text)

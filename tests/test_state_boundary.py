@@ -61,6 +61,32 @@ def test_overlapping_stops_earliest_completion_wins():
     assert ds[-1].stop_reason == "bc" and joined(ds) == "xa"
 
 
+def test_stops_ending_together_follow_list_order():
+    """Same end: the stop listed first wins, as vLLM's check_stop_strings ranks them."""
+    t = table_of("x", "abc")
+    _, ds = run(t, [0, 1], stop=["bc", "abc"])
+    assert ds[-1].stop_reason == "bc" and joined(ds) == "xa"
+    _, ds = run(t, [0, 1], stop=["abc", "bc"])
+    assert ds[-1].stop_reason == "abc" and joined(ds) == "x"
+
+
+def test_kept_stop_holds_nothing():
+    """include_stop_str_in_output: a partial stop leaves at once; it is shown either way."""
+    t = table_of("x a", "b", "c", "tail")
+    _, ds = run(t, [0, 1, 2, 3], stop=["abc"], include_stop_str_in_output=True)
+    assert [d.text for d in ds] == ["x a", "b", "c"] and ds[-1].stop_reason == "abc"
+
+
+def test_stop_inside_a_byte_fallback_run_stops_at_the_completing_byte(mistral_v1):
+    """ᄀ is <0xE1><0x84><0x80>; the run is held (a later byte could void it), but if the
+    stream ends at the third byte the run is final, so the stop counts there (vLLM's rule)."""
+    ids = [264, 228, 135, 131, 287]  # ▁a <0xE1> <0x84> <0x80> ▁b
+    assert mistral_v1.decode(ids[:4]) == "aᄀ"
+    s = DetokenizerState.from_tokenizer(mistral_v1, stop=["ᄀ"], eos_token_ids=())
+    d = s.push(ids)
+    assert (d.text, d.stop_reason, d.consumed, s.token_ids) == ("a", "ᄀ", 4, ids[:4])
+
+
 def test_stop_that_is_a_prefix_of_another():
     t = table_of("one", "ab", "c")
     _, ds = run(t, [0, 1, 2], stop=["abc", "ab"])
@@ -222,25 +248,24 @@ def test_reasoning_modes(mode):
 
 
 def _reference_stop(tok, prompt, out, stops, min_tokens, include):
-    """Non-streaming reference: the earliest-ending stop whose completing token > min_tokens."""
-    probes = probe_ids(tok)
-    full = expected(tok, prompt, out)
-    lens = [len(settled(tok, prompt, out[:k], probes, False)) for k in range(len(out) + 1)]
-    best = None
-    for stop in stops:
-        start = full.find(stop)
-        while start != -1:
-            end = start + len(stop)
-            k = next((k for k in range(1, len(out) + 1) if lens[k] >= end), len(out))
-            if k > min_tokens:
-                key = (end, start)
-                if best is None or key < best[0]:
-                    best = (key, stop, k)
-            start = full.find(stop, start + 1)
-    if best is None:
-        return full, None, len(out)
-    (end, start), stop, k = best
-    return full[: end if include else start], stop, k
+    """Non-streaming reference, vLLM's rule: the stream stops at the first token k >
+    min_tokens where ``decode(prompt + out[:k])`` holds a stop that was not already
+    settled by token min_tokens; of those, the one that ends first (ties: list order)."""
+    settled_by_min = len(settled(tok, prompt, out[:min_tokens], probe_ids(tok), False)) if min_tokens else 0
+    for k in range(min_tokens + 1, len(out) + 1):
+        text = expected(tok, prompt, out[:k])
+        best = None
+        for rank, stop in enumerate(stops):
+            start = text.find(stop)
+            while start != -1:
+                end = start + len(stop)
+                if end > settled_by_min and (best is None or (end, rank) < best[0]):
+                    best = ((end, rank), start, stop)
+                start = text.find(stop, start + 1)
+        if best is not None:
+            (end, _), start, stop = best
+            return text[: end if include else start], stop, k
+    return expected(tok, prompt, out), None, len(out)
 
 
 @given(data=st.data())
