@@ -328,6 +328,16 @@ class DetokenizerState:
                 return _ONE_EMPTY
         if self._done:
             raise StreamFinishedError(self._n_out, self.request_id, self._finish_reason or "finish() was called")
+        if (
+            type(ids) is int
+            and self._vocab is not None
+            and 0 <= ids < self._size
+            and self._vocab[ids] is not None
+            and not self._skip_chars
+            and ids not in self._id_tags
+            and ids not in self._stop_ids
+        ):
+            return self._push_one(ids)
         if type(ids) is int:
             batch: Sequence[Any] = (ids,)
         elif isinstance(ids, (str, bytes, bool)) or not hasattr(ids, "__iter__"):
@@ -418,6 +428,38 @@ class DetokenizerState:
         for i, tid in enumerate(prompt):
             self._check_range(tid, i - n)
         return prompt
+
+    def _push_one(self, tid: int) -> Delta:
+        """``push`` of one checked id that is no stop token or id tag: ``_step`` without
+        allocations in the common case (content, nothing held, no pattern can start)."""
+        self._n_out += 1
+        self.token_ids.append(tid)
+        text = self._dec.feed_one(tid)
+        ac = self._ac
+        if (
+            text
+            and self._mode == _CONTENT
+            and self._ac_state == 0
+            and (ac is None or ac.first.search(text) is None)
+            and (self._max_tokens is None or self._n_out < self._max_tokens)
+            and not (self._has_stops[_CONTENT] and self._dec.holds())
+        ):
+            self._log_text.append(text)
+            self._log_kind.append(_CONTENT)
+            return _text_delta(text)
+        out = _Out()
+        if text:
+            self._take(text, out)
+        if self._finish_reason is None and self._has_stops[self._mode] and self._dec.holds():
+            self._provisional_stop(out)
+        if self._finish_reason is None and self._max_tokens is not None and self._n_out >= self._max_tokens:
+            self._finish_reason = "length"
+        if self._finish_reason is not None:
+            self._close(out)
+            self._fast = False
+        elif not out.text and not out.reasoning and not out.tools:
+            return _ONE_EMPTY
+        return self._delta(out, 1)
 
     def _step(self, tid: int, out: _Out) -> None:
         """One checked id: count it; a stop token ends the stream (its text only with
