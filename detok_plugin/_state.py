@@ -429,7 +429,37 @@ class DetokenizerState:
             self._check_range(tid, i - n)
         return prompt
 
-    def _push_one(self, tid: int) -> Delta:
+    def push_text(self, token_id: int) -> str:
+        """``push(token_id).text`` without building a Delta: for callers that want content
+        only (serving loops that read ``finish_reason`` and ``stop_reason`` off the state).
+
+        Refused on a stream with tags, whose reasoning and tool-call channels it would drop.
+        """
+        if self._tags is not None:
+            raise ValueError("push_text() returns content only; a stream with tags needs push()")
+        tid = token_id
+        if type(tid) is int and 0 <= tid < self._size and not self._done:
+            if self._fast:
+                try:
+                    text = self._dec.feed_one(tid)
+                except TypeError:  # a hole in the vocabulary: the checked path raises
+                    return self.push(tid).text
+                self._n_out += 1
+                self.token_ids.append(tid)
+                if text:
+                    self._log_text.append(text)
+                    self._log_kind.append(_CONTENT)
+                return text
+            if (
+                self._vocab is not None
+                and self._vocab[tid] is not None
+                and not self._skip_chars
+                and tid not in self._stop_ids
+            ):
+                return self._push_one(tid, True)  # type: ignore[return-value]
+        return self.push(tid).text
+
+    def _push_one(self, tid: int, as_text: bool = False) -> Delta | str:
         """``push`` of one checked id that is no stop token or id tag: ``_step`` without
         allocations in the common case (content, nothing held, no pattern can start)."""
         self._n_out += 1
@@ -446,7 +476,7 @@ class DetokenizerState:
         ):
             self._log_text.append(text)
             self._log_kind.append(_CONTENT)
-            return _text_delta(text)
+            return text if as_text else _text_delta(text)
         out = _Out()
         if text:
             self._take(text, out)
@@ -457,8 +487,12 @@ class DetokenizerState:
         if self._finish_reason is not None:
             self._close(out)
             self._fast = False
+        elif as_text:
+            return "".join(out.text)
         elif not out.text and not out.reasoning and not out.tools:
             return _ONE_EMPTY
+        if as_text:
+            return "".join(out.text)
         return self._delta(out, 1)
 
     def _step(self, tid: int, out: _Out) -> None:

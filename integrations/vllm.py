@@ -134,7 +134,7 @@ class VllmDetokenizer:
 
     __slots__ = (
         "request_id", "token_ids", "path", "_state", "_simple", "_include_stop",
-        "_pieces", "_sent", "_text", "_folded", "_closed",
+        "_pieces", "_sent", "_text", "_folded", "_closed", "_push_text",
     )
 
     def __init__(self, tokenizer: Any, request: Any) -> None:
@@ -168,6 +168,8 @@ class VllmDetokenizer:
                 request_id=request.request_id,
             )
             self.path = "DetokenizerState"
+        # One id in, content out, no Delta built: the per-step hot path of update().
+        self._push_text = self._simple.push if self._simple is not None else self._state.push_text  # type: ignore[union-attr]
         # Released text, one piece per id or push that released any: DELTA joins the
         # unsent tail, CUMULATIVE folds new pieces into one string. O(1) amortized per id.
         self._pieces: list[str] = []
@@ -193,6 +195,21 @@ class VllmDetokenizer:
            step's own copy by comparing ``num_output_tokens()`` before and after.
         """
         if not new_token_ids:
+            return None
+        if not stop_terminated and len(new_token_ids) == 1:
+            # The common step: one id, no stop token. Same effect as the general path.
+            tid = new_token_ids[0]
+            try:
+                text = self._push_text(tid)
+            except TokenIdError as exc:
+                _log_unknown_id(exc)
+                text = ""
+            if text:
+                self._pieces.append(text)
+            self.token_ids.append(tid)
+            state = self._state
+            if state is not None and state.finish_reason == "stop" and isinstance(state.stop_reason, str):
+                return state.stop_reason
             return None
         fed = new_token_ids[:-1] if stop_terminated and not self._include_stop else new_token_ids
         simple = self._simple

@@ -318,3 +318,26 @@ def test_tags_any_chunking_same_channels_and_lossless_log(qwen3, data):
         assert log == full
     else:
         assert full.startswith(log) and log.endswith(one[-1].stop_reason)
+
+
+@given(data=st.data())
+def test_push_text_equals_push(qwen3, data):
+    """push_text is push(...).text with the same finish, for any stream without tags."""
+    ids = qwen3.encode("".join(data.draw(st.lists(st.sampled_from(MULTILINGUAL), min_size=1, max_size=2))), add_special_tokens=False)[:30]
+    full = qwen3.decode(ids)
+    stop = data.draw(st.lists(st.sampled_from([full[3:6], full[-4:-1], "\n\nUser:", "🫨"]), max_size=2))
+    kw = dict(stop=[s for s in stop if s], eos_token_ids=(), max_tokens=data.draw(st.sampled_from([None, 10])))
+    a = DetokenizerState.from_tokenizer(qwen3, **kw)
+    b = DetokenizerState.from_tokenizer(qwen3, **kw)
+    for i in ids:
+        if a.finished:
+            break
+        assert a.push(i).text == b.push_text(i)
+        assert (a.finish_reason, a.stop_reason, a.token_ids) == (b.finish_reason, b.stop_reason, b.token_ids)
+    assert a.finished == b.finished
+
+
+def test_push_text_refuses_tags(qwen3):
+    s = DetokenizerState.from_tokenizer(qwen3, tags="qwen3")
+    with pytest.raises(ValueError):
+        s.push_text(1)
