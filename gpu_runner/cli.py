@@ -181,7 +181,7 @@ def _verify(args: argparse.Namespace, settings: Any) -> int:
     from .verify import run_verify
 
     runner = _load(args, quiet=args.json)
-    report = run_verify(runner, settings, batch=args.batch)
+    report = run_verify(runner, settings, batch=args.batch, warmup=True)
     if args.json:
         print(json.dumps(report.as_dict(), ensure_ascii=False, indent=2))
         return 0 if report.ok else 1
@@ -194,6 +194,8 @@ def _verify(args: argparse.Namespace, settings: Any) -> int:
     for c in report.checks:
         mark = "ok  " if c.ok else "FAIL"
         preview = _head(c.text.replace("\n", "⏎"), 44)
+        if c.finish_reason == "length" and c.text.endswith(_FFFD) and c.fffd_decode:
+            preview += "  (the token limit cut a character; the decode ends in U+FFFD too)"
         print(
             f"  {mark} {c.label:<9} {c.tokens:>3} tok {c.finish_reason:<6}  U+FFFD ours {c.fffd_stream}"
             f" / decode {c.fffd_decode} / per-token {c.fffd_naive:<3}  {preview}"
@@ -214,8 +216,14 @@ def _verify(args: argparse.Namespace, settings: Any) -> int:
 
 
 def _load(args: argparse.Namespace, *, quiet: bool = False) -> Any:
+    from ._deps import torch
     from .runner import Runner
 
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {args.threads}")
+        # Process-wide, so the CLI (which owns its process) sets it, never the Runner.
+        torch.set_num_threads(args.threads)
     return Runner.load(args.model, device=args.device, dtype=args.dtype, progress=None if quiet else sys.stderr)
 
 
@@ -248,6 +256,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="a local transformers model directory or .gguf file "
                              "(default: SmolLM2-135M-Instruct, fetched once into $DETOK_CACHE_DIR)")
     common.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
+    common.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="CPU threads for torch (default: torch's choice); 1 is steadier on a shared machine")
     common.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     common.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
     common.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest ids (0: all)")

@@ -18,7 +18,7 @@ joined) shows what the plugin saves a user from.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .prompts import VERIFY_PROMPTS, VerifyPrompt
@@ -157,10 +157,17 @@ def run_verify(
     *,
     batch: int = 4,
     prompts: Sequence[VerifyPrompt] = VERIFY_PROMPTS,
+    warmup: bool = False,
 ) -> VerifyReport:
-    """Run ``prompts`` through ``runner`` ``batch`` at a time and check every sequence."""
+    """Run ``prompts`` through ``runner`` ``batch`` at a time and check every sequence.
+
+    ``warmup`` first runs one short, untimed batch: the first forward passes after a load pay
+    one-time costs (allocator growth, kernel selection) that are not the steady step.
+    """
     if batch < 1:
         raise ValueError(f"batch must be at least 1, got {batch}")
+    if warmup:
+        runner.generate([p.text for p in prompts[:batch]], replace(settings, max_new_tokens=2))
     checks: list[SequenceCheck] = []
     stats = []
     for start in range(0, len(prompts), batch):

@@ -65,7 +65,7 @@ def test_options_map_onto_settings() -> None:
 
 def test_verify_json_on_a_random_model(tiny_dir: Path) -> None:
     proc = run_cli("verify", "--model", str(tiny_dir), "--temperature", "1", "--seed", "7",
-                   "--batch", "3", "--max-new-tokens", "24", "--json")
+                   "--batch", "3", "--max-new-tokens", "24", "--threads", "1", "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] is True and report["batch"] == 3
@@ -105,6 +105,7 @@ def test_chat_compare_counts_both_streams(tiny_dir: Path) -> None:
         pytest.param(["verify", "--batch", "0", "--model", "/no/such/model"], "not found", id="missing-before-batch"),
         pytest.param(["chat", "--max-new-tokens", "0"], "max_new_tokens must be at least 1", id="max-new-tokens"),
         pytest.param(["chat", "--temperature", "-1"], "temperature must be >= 0", id="temperature"),
+        pytest.param(["chat", "--threads", "0"], "--threads must be at least 1", id="threads"),
     ],
 )
 def test_errors_are_one_line_and_exit_2(args: list[str], message: str) -> None:
