@@ -202,24 +202,12 @@ class SentencePieceStream(StreamDecoder):
         return ""
 
     def feed(self, ids: Sequence[int]) -> str:
-        out: list[str] = []
-        pieces, byte_values, skip = self._pieces, self._bytes, self._skip or ()
-        for i in ids:
-            if i in skip:
-                continue
-            b = byte_values[i]
-            if b >= 0:
-                s = self._push_byte(b)
-                if s:
-                    out.append(self._out(s))
-            else:
-                s = self._close_run() + pieces[i]
-                if s:
-                    out.append(self._out(s))
-        return "".join(out)
+        if len(ids) == 1:
+            return self.feed_one(ids[0])
+        return "".join([self.feed_one(i) for i in ids])
 
     def feed_one(self, i: int) -> str:
-        """The hot path: one id, no list built, no loop."""
+        """One id: a text piece with no run open and the strip decided is its own text."""
         if self._skip is not None and i in self._skip:
             return ""
         b = self._bytes[i]
@@ -227,18 +215,9 @@ class SentencePieceStream(StreamDecoder):
             if not self._run_len and not self._strip:
                 return self._pieces[i]
             s = self._close_run() + self._pieces[i]
-            return self._out(s) if s else ""
-        if self._run_bad:
-            return self._out("\ufffd")
-        self._run_len += 1
-        try:
-            self._run_text.append(self._dec.decode(_BYTES[b]))
-            if b >= 0xA0 and _surrogate_prefix(self._dec.getstate()[0]):
-                raise UnicodeDecodeError("utf-8", b"", 0, 1, "surrogate")
-        except UnicodeDecodeError:
-            self._run_bad = True
-            return self._out("\ufffd" * self._run_len)
-        return ""
+        else:
+            s = self._push_byte(b)
+        return self._out(s) if s else ""
 
     def prime(self, prompt: Sequence[int]) -> None:
         """Feed the prompt from its last text piece on (its trailing byte run may matter

@@ -28,38 +28,21 @@ class IncrementalDetokenizer:
     >>> [d.push(0), d.push(1), d.push(2), d.flush()]
     ['', '', '🫨', '']
 
-    It is :class:`DetokenizerState` without stops or channels, with a hot path: an int id
-    inside the vocabulary goes straight to the family's decoder (the same decoder object
-    the state built), and anything else takes the state's checked path and its errors.
+    It is :class:`DetokenizerState` without stops or channels, through its
+    :meth:`~DetokenizerState.push_text` verb (no Delta built per token).
     """
 
-    __slots__ = ("_state", "_feed_one", "_size", "path")
+    __slots__ = ("_state", "path")
 
     def __init__(self, tokenizer: Any, prompt_ids: Sequence[int] = (), *, skip_special_tokens: bool = False) -> None:
         self._state = DetokenizerState.from_tokenizer(
             tokenizer, prompt_ids=prompt_ids, skip_special_tokens=skip_special_tokens, eos_token_ids=()
         )
         self.path = self._state.path
-        self._feed_one = self._state._dec.feed_one
-        self._size = self._state._size
 
     def push(self, token_id: int) -> str:
         """Add one token id; return the text it settles (often ``""``)."""
-        state = self._state
-        # The hot path (the state's own, minus building a Delta): see DetokenizerState.push.
-        if state._fast and type(token_id) is int and 0 <= token_id < self._size:
-            try:
-                text = self._feed_one(token_id)
-            except TypeError:  # a hole in the vocabulary: the checked path raises
-                pass
-            else:
-                state._n_out += 1
-                state.token_ids.append(token_id)
-                if text:
-                    state._log_text.append(text)
-                    state._log_kind.append(0)  # content
-                return text
-        return state.push(token_id).text
+        return self._state.push_text(token_id)
 
     def flush(self) -> str:
         """End the stream and return whatever was held (an incomplete tail as U+FFFD)."""

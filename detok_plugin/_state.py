@@ -506,10 +506,7 @@ class DetokenizerState:
             if tid in self._id_tags:
                 self._id_tag(self._id_tags[tid], out)
             text = self._dec.feed_one(tid)
-            if self._skip_chars and text:
-                cut = min(self._skip_chars, len(text))
-                self._skip_chars -= cut
-                text = text[cut:]
+            text = self._unskip(text)
             if text:
                 self._take(text, out)
             if self._finish_reason is None and self._has_stops[self._mode] and self._dec.holds():
@@ -539,12 +536,15 @@ class DetokenizerState:
         _, hit = ac.scan(self._ac_state, provisional)
         if hit is None or self._kinds[self._mode][hit[0]][0] != "stop" or self._n_out <= self._min_tokens:
             return
-        text = self._dec.flush()
-        if self._skip_chars:
+        self._take(self._unskip(self._dec.flush()), out)
+
+    def _unskip(self, text: str) -> str:
+        """Drop what the prompt's held tail already stands for (see from_tokenizer)."""
+        if self._skip_chars and text:
             cut = min(self._skip_chars, len(text))
             self._skip_chars -= cut
-            text = text[cut:]
-        self._take(text, out)
+            return text[cut:]
+        return text
 
     # --- internals: the boundary --------------------------------------------------------
 
@@ -695,10 +695,7 @@ class DetokenizerState:
         """Flush the decoder and everything held; finish an open tool call."""
         if not (self._finish_reason == "stop" and isinstance(self._stop_reason, str)):
             text = self._dec.flush()
-            if self._skip_chars and text:
-                cut = min(self._skip_chars, len(text))
-                self._skip_chars -= cut
-                text = text[cut:]
+            text = self._unskip(text)
             if text:
                 self._take(text, out)
         # A stop string cut the stream: what followed it is dropped. Otherwise the held
