@@ -21,7 +21,7 @@ from ._tables import TokenTable
 
 __all__ = ["ByteLevelStream", "GenericStream", "SentencePieceStream", "StreamDecoder"]
 
-_utf8_replace = codecs.getincrementaldecoder("utf-8")
+_utf8_decode = codecs.utf_8_decode
 _utf8_strict = codecs.getincrementaldecoder("utf-8")
 _BYTES = tuple(bytes((b,)) for b in range(256))
 
@@ -66,57 +66,53 @@ class StreamDecoder(ABC):
 class ByteLevelStream(StreamDecoder):
     """Byte-level BPE: concatenate token bytes, decode UTF-8 incrementally.
 
-    Python's incremental UTF-8 decoder with ``errors="replace"`` holds exactly an
+    CPython's UTF-8 decoder (``codecs.utf_8_decode``, not final) with ``errors="replace"`` holds exactly an
     incomplete-but-possibly-valid tail and replaces each maximal invalid subpart with one
     U+FFFD as soon as it is certain: the same rule as Rust's ``String::from_utf8_lossy``,
     which ``tokenizers``' ByteLevel decoder applies to the whole text.
     """
 
     path = "byte_level"
-    __slots__ = ("_pieces", "_texts", "_skip", "_dec", "_held")
+    __slots__ = ("_pieces", "_texts", "_skip", "_tail")
 
     def __init__(self, table: TokenTable, *, skip_special_tokens: bool) -> None:
         self._pieces = table.pieces
         self._texts = table.texts
         self._skip = table.special_ids if skip_special_tokens and table.special_ids else None
-        self._dec = _utf8_replace("replace")
-        self._held = False  # the UTF-8 decoder holds bytes of an unfinished character
+        self._tail = b""  # bytes of an unfinished character, held
+
+    def _decode(self, data: bytes) -> str:
+        # codecs.utf_8_decode with final=False is the C core of the incremental decoder:
+        # it stops before an incomplete-but-possibly-valid tail and says where.
+        text, used = _utf8_decode(data, "replace", False)
+        tail = data[used:]
+        if tail and _surrogate_prefix(tail):
+            text += "\ufffd" * len(tail)
+            tail = b""
+        self._tail = tail
+        return text
 
     def feed_one(self, i: int) -> str:
         """The hot path: with nothing held, a token that is valid UTF-8 alone is its text."""
         if self._skip is not None and i in self._skip:
             return ""
-        if not self._held:
+        if not self._tail:
             text = self._texts[i]
             if text is not None:
                 return text
-        dec = self._dec
-        out = dec.decode(self._pieces[i])
-        held = dec.getstate()[0]
-        if held and _surrogate_prefix(held):
-            dec.reset()
-            return out + "\ufffd" * len(held)
-        self._held = bool(held)
-        return out
+            return self._decode(self._pieces[i])
+        return self._decode(self._tail + self._pieces[i])
 
     def feed(self, ids: Sequence[int]) -> str:
         if len(ids) == 1:
             return self.feed_one(ids[0])
         pieces, skip = self._pieces, self._skip or ()
-        dec = self._dec
-        out = dec.decode(b"".join(pieces[i] for i in ids if i not in skip))
-        held = dec.getstate()[0]
-        if held and _surrogate_prefix(held):
-            dec.reset()
-            self._held = False
-            return out + "\ufffd" * len(held)
-        self._held = bool(held)
-        return out
+        return self._decode(self._tail + b"".join([pieces[i] for i in ids if i not in skip]))
 
     def prime(self, prompt: Sequence[int]) -> None:
-        """Feed only the prompt's last ids that hold its last 4 bytes: what the UTF-8
-        decoder holds after the whole prompt starts at a lead byte at most 3 bytes from the
-        end, and a lead byte always starts a fresh sequence, so O(1) per request."""
+        """Feed only the prompt's last ids that hold its last 4 bytes: what is held after
+        the whole prompt starts at a lead byte at most 3 bytes from the end, and a lead byte
+        always starts a fresh sequence, so O(1) per request."""
         skip = self._skip or ()
         pieces = self._pieces
         start, nbytes = len(prompt), 0
@@ -129,15 +125,14 @@ class ByteLevelStream(StreamDecoder):
             self.feed(prompt[start:])
 
     def holds(self) -> bool:
-        return self._held
+        return bool(self._tail)
 
     def flush(self) -> str:
-        self._held = False
-        return self._dec.decode(b"", True)
+        tail, self._tail = self._tail, b""
+        return tail.decode("utf-8", "replace")
 
     def peek_final(self) -> str:
-        held, _ = self._dec.getstate()
-        return held.decode("utf-8", "replace")
+        return self._tail.decode("utf-8", "replace")
 
 
 class SentencePieceStream(StreamDecoder):
