@@ -96,12 +96,25 @@ class ByteLevelStream(StreamDecoder):
         """The hot path: with nothing held, a token that is valid UTF-8 alone is its text."""
         if self._skip is not None and i in self._skip:
             return ""
-        if not self._tail:
+        tail = self._tail
+        if not tail:
             text = self._texts[i]
             if text is not None:
                 return text
-            return self._decode(self._pieces[i])
-        return self._decode(self._tail + self._pieces[i])
+            data = self._pieces[i]
+        else:
+            data = tail + self._pieces[i]
+        # _decode, inlined: this is the per-token path of every split character.
+        text, used = _utf8_decode(data, "replace", False)
+        if used == len(data):
+            self._tail = b""
+            return text
+        tail = data[used:]
+        if _surrogate_prefix(tail):
+            self._tail = b""
+            return text + "\ufffd" * len(tail)
+        self._tail = tail
+        return text
 
     def feed(self, ids: Sequence[int]) -> str:
         if len(ids) == 1:
