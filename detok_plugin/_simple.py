@@ -36,7 +36,7 @@ class IncrementalDetokenizer:
 
     def __init__(self, tokenizer: Any, prompt_ids: Sequence[int] = (), *, skip_special_tokens: bool = False) -> None:
         self._state = DetokenizerState.from_tokenizer(
-            tokenizer, prompt_ids=prompt_ids, skip_special_tokens=skip_special_tokens, eos_token_ids=()
+            tokenizer, prompt_ids=prompt_ids, skip_special_tokens=skip_special_tokens, eos_token_ids=(), keep_log=False
         )
         self.path = self._state.path
 

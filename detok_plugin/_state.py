@@ -158,6 +158,7 @@ class DetokenizerState:
         "_tool_body",
         "_log_text",
         "_log_kind",
+        "_keep_log",
         "_finish_reason",
         "_stop_reason",
         "_n_out",
@@ -186,6 +187,7 @@ class DetokenizerState:
         reasoning: Reasoning = "separate",
         stop_in_reasoning: bool = False,
         request_id: str | None = None,
+        keep_log: bool = True,
     ) -> "DetokenizerState":
         """Start a stream on ``tokenizer`` (transformers, ``tokenizers.Tokenizer``, a
         :class:`TokenTable`, or anything with ``decode(ids)``).
@@ -193,6 +195,8 @@ class DetokenizerState:
         ``eos_token_ids`` defaults to the tokenizer's own EOS ids; pass ``()`` to leave EOS
         to the caller. ``spaces_between_special_tokens`` reaches only tokenizers whose decode
         takes it (slow SentencePiece tokenizers); tokenizers-backed decodes ignore it.
+        ``keep_log=False`` keeps no lossless log (``log()`` then refuses): for callers that
+        keep the text themselves and want neither the memory nor the per-token append.
         """
         if reasoning not in ("separate", "strip", "inline"):
             raise ValueError(f"reasoning must be 'separate', 'strip' or 'inline', not {reasoning!r}")
@@ -287,6 +291,7 @@ class DetokenizerState:
         self._mode = _CONTENT
         self._log_text: list[str] = []
         self._log_kind: list[int] = []
+        self._keep_log = keep_log
         if tags is not None and tags.reasoning_open and tags.reasoning_close:
             # A template that ends inside an open reasoning block (``<think>\n``) starts the
             # stream in reasoning.
@@ -322,8 +327,9 @@ class DetokenizerState:
                 self._n_out += 1
                 self.token_ids.append(ids)
                 if text:
-                    self._log_text.append(text)
-                    self._log_kind.append(_CONTENT)
+                    if self._keep_log:
+                        self._log_text.append(text)
+                        self._log_kind.append(_CONTENT)
                     return _text_delta(text)
                 return _ONE_EMPTY
         if self._done:
@@ -398,6 +404,8 @@ class DetokenizerState:
     def log(self) -> list[Segment]:
         """The lossless log, adjacent pieces of one channel merged: joined, the full decode
         up to the stop (the stop string itself is a ``"stop"`` segment when it is cut)."""
+        if not self._keep_log:
+            raise ValueError("this stream was started with keep_log=False: it keeps no log")
         merged: list[list[Any]] = []
         for kind, text in zip(self._log_kind, self._log_text):
             if merged and merged[-1][0] == kind and kind != _TAG:
@@ -447,8 +455,9 @@ class DetokenizerState:
                 self._n_out += 1
                 self.token_ids.append(tid)
                 if text:
-                    self._log_text.append(text)
-                    self._log_kind.append(_CONTENT)
+                    if self._keep_log:
+                        self._log_text.append(text)
+                        self._log_kind.append(_CONTENT)
                 return text
             if (
                 self._vocab is not None
@@ -474,8 +483,9 @@ class DetokenizerState:
             and (self._max_tokens is None or self._n_out < self._max_tokens)
             and not (self._has_stops[_CONTENT] and self._dec.holds())
         ):
-            self._log_text.append(text)
-            self._log_kind.append(_CONTENT)
+            if self._keep_log:
+                self._log_text.append(text)
+                self._log_kind.append(_CONTENT)
             return text if as_text else _text_delta(text)
         out = _Out()
         if text:
@@ -568,8 +578,9 @@ class DetokenizerState:
         )
 
     def _log(self, kind: int, text: str) -> None:
-        self._log_kind.append(kind)
-        self._log_text.append(text)
+        if self._keep_log:
+            self._log_kind.append(kind)
+            self._log_text.append(text)
 
     def _emit(self, text: str, out: _Out) -> None:
         """Send settled, unheld text to the current channel."""

@@ -166,6 +166,7 @@ class VllmDetokenizer:
                 include_stop_str_in_output=self._include_stop,
                 min_tokens=params.min_tokens,
                 request_id=request.request_id,
+                keep_log=False,  # the adapter keeps the released text itself
             )
             self.path = "DetokenizerState"
         # One id in, content out, no Delta built: the per-step hot path of update().

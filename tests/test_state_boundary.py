@@ -341,3 +341,10 @@ def test_push_text_refuses_tags(qwen3):
     s = DetokenizerState.from_tokenizer(qwen3, tags="qwen3")
     with pytest.raises(ValueError):
         s.push_text(1)
+
+
+def test_keep_log_false_keeps_nothing_and_says_so(qwen3):
+    s = DetokenizerState.from_tokenizer(qwen3, stop=["x"], keep_log=False)
+    assert s.push(qwen3.encode("hello", add_special_tokens=False)).text == "hello"
+    with pytest.raises(ValueError, match="keep_log"):
+        s.log()
