@@ -52,3 +52,18 @@ def mistral_v1():
 
 def pytest_report_header(config):
     return f"detok-plugin: {EXAMPLES} hypothesis examples per property test (DETOK_HYPOTHESIS_EXAMPLES)"
+
+
+_PROPERTY_TESTS: list[str] = []
+
+
+def pytest_collection_modifyitems(items):
+    _PROPERTY_TESTS[:] = [i.nodeid for i in items if getattr(getattr(i, "obj", None), "is_hypothesis_test", False)]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Show the property-test budget in every run's summary (CI runs thousands)."""
+    terminalreporter.write_line(
+        f"detok-plugin: {len(_PROPERTY_TESTS)} property tests, up to {EXAMPLES} Hypothesis "
+        f"examples each (DETOK_HYPOTHESIS_EXAMPLES)"
+    )
