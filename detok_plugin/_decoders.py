@@ -73,11 +73,12 @@ class ByteLevelStream(StreamDecoder):
     """
 
     path = "byte_level"
-    __slots__ = ("_pieces", "_texts", "_skip", "_tail")
+    __slots__ = ("_pieces", "_texts", "_splits", "_skip", "_tail")
 
     def __init__(self, table: TokenTable, *, skip_special_tokens: bool) -> None:
         self._pieces = table.pieces
         self._texts = table.texts
+        self._splits = table.splits
         self._skip = table.special_ids if skip_special_tokens and table.special_ids else None
         self._tail = b""  # bytes of an unfinished character, held
 
@@ -101,7 +102,11 @@ class ByteLevelStream(StreamDecoder):
             text = self._texts[i]
             if text is not None:
                 return text
-            data = self._pieces[i]
+            split = self._splits[i]
+            if split is None:  # a hole in the vocabulary: the caller's checked path raises
+                raise TypeError(f"no piece for token id {i}")
+            self._tail = split[1]
+            return split[0]
         else:
             data = tail + self._pieces[i]
         # _decode, inlined: this is the per-token path of every split character.

@@ -18,6 +18,7 @@ Anything else takes the generic, decode-based path (see ``_decoders.GenericStrea
 
 from __future__ import annotations
 
+import codecs
 import json
 import random
 import threading
@@ -51,10 +52,18 @@ class TokenTable:
     #: byte_level: each piece decoded alone when it is valid UTF-8 by itself, else None.
     #: Most tokens are; a stream with no held bytes returns these without decoding.
     texts: tuple[str | None, ...] = field(default=(), repr=False, compare=False)
+    #: byte_level: for a piece that is not valid alone, what it gives arriving when nothing
+    #: is held: (settled text, held tail). Split characters start with no decode at all.
+    splits: tuple[tuple[str, bytes] | None, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.family == "byte_level" and len(self.texts) != len(self.pieces):
-            object.__setattr__(self, "texts", tuple(_standalone(p) for p in self.pieces))
+            texts = tuple(_standalone(p) for p in self.pieces)
+            object.__setattr__(self, "texts", texts)
+            splits = tuple(
+                _split(p) if t is None and p is not None else None for p, t in zip(self.pieces, texts)
+            )
+            object.__setattr__(self, "splits", splits)
 
     @property
     def vocab_size(self) -> int:
@@ -68,6 +77,15 @@ def _standalone(piece: bytes | None) -> str | None:
         return piece.decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+def _split(piece: bytes) -> tuple[str, bytes]:
+    """(text, held tail) of ``piece`` decoded from a clean start, as the stream decodes it."""
+    text, used = codecs.utf_8_decode(piece, "replace", False)
+    tail = piece[used:]
+    if len(tail) >= 2 and tail[0] == 0xED and tail[1] >= 0xA0:  # see _decoders._surrogate_prefix
+        return text + "\ufffd" * len(tail), b""
+    return text, tail
 
 
 def decode_with_table(table: TokenTable, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str:
