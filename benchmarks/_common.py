@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-import tokenizer_zoo  # noqa: E402
+import tokenizer_zoo  # noqa: E402,F401  (re-exported to the benchmark scripts)
 
 OUT = ROOT / "benchmarks" / "out"
 

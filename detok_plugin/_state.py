@@ -32,7 +32,7 @@ from typing import Any, Literal
 from ._decoders import ByteLevelStream, GenericStream, SentencePieceStream, StreamDecoder
 from ._errors import StreamFinishedError, TokenIdError, TokenTypeError, UnsupportedTokenizerError
 from ._matcher import Matcher
-from ._tables import TokenTable, build_table, decode_with_table
+from ._tables import build_table, decode_with_table
 from ._tags import TagSet, ToolCall, parse_tool_body
 
 __all__ = ["Delta", "DetokenizerState", "Segment"]

@@ -502,7 +502,7 @@ def _patch(streamers: ModuleType) -> None:
     with _lock:
         if _originals:
             return
-        for name, cls in zip(_NAMES, ours):
+        for name in _NAMES:
             _originals[name] = getattr(streamers, name)
         # Rebinding the defining module covers every later lookup: transformers and
         # transformers.generation are lazy modules that resolve names from it on first

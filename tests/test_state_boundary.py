@@ -7,7 +7,7 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from detok_plugin import DetokenizerState, Segment, TagSet, TokenTable, build_table
+from detok_plugin import DetokenizerState, Segment, TagSet, TokenTable
 from helpers import MULTILINGUAL, expected, probe_ids, settled
 
 
