@@ -348,3 +348,18 @@ def test_keep_log_false_keeps_nothing_and_says_so(qwen3):
     assert s.push(qwen3.encode("hello", add_special_tokens=False)).text == "hello"
     with pytest.raises(ValueError, match="keep_log"):
         s.log()
+
+
+@pytest.mark.parametrize("skip", [False, True], ids=["keep-special", "skip-special"])
+def test_deepseek_r1_reasoning_and_tool_calls_on_the_real_tokenizer(load_tokenizer, skip):
+    tok = load_tokenizer("deepseek_v3")
+    text = (
+        "<think>想一想</think>好的。<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function"
+        "<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"北京\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+    )
+    ids = tok.encode(text, add_special_tokens=False)
+    s, ds = run(tok, ids, tags="deepseek_r1", skip_special_tokens=skip)
+    assert (joined(ds), joined(ds, "reasoning")) == ("好的。", "想一想")
+    done = [c for d in ds for c in d.tool_calls if c.complete]
+    assert [(c.name, json.loads(c.arguments)) for c in done] == [("get_weather", {"city": "北京"})]
+    assert "".join(seg.text for seg in s.log()) == tok.decode(ids, skip_special_tokens=skip)
