@@ -680,3 +680,27 @@ def test_module_doctests():
 
     result = doctest.testmod(shim, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_wheel_ships_the_start_up_hook(tmp_path):
+    """A regular install puts the DETOK_PLUGIN hook in site-packages (setup.py's build_py);
+    the file is exactly PTH_LINE, so the install-pth command and the wheel agree."""
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    from detok_plugin.integrations import transformers as shim
+
+    root = Path(__file__).resolve().parent.parent
+    hook = root / "integrations" / shim.PTH_NAME
+    assert hook.read_text(encoding="utf-8").strip() == shim.PTH_LINE
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(root)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    [wheel] = tmp_path.glob("detok_plugin-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert shim.PTH_NAME in names  # at the wheel's root, i.e. in site-packages
+    assert zipfile.ZipFile(wheel).read(shim.PTH_NAME).decode().strip() == shim.PTH_LINE
