@@ -17,24 +17,13 @@ import codecs
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
-from ._tables import TokenTable
+from ._tables import TokenTable, surrogate_prefix
 
 __all__ = ["ByteLevelStream", "GenericStream", "SentencePieceStream", "StreamDecoder"]
 
 _utf8_decode = codecs.utf_8_decode
 _utf8_strict = codecs.getincrementaldecoder("utf-8")
 _BYTES = tuple(bytes((b,)) for b in range(256))
-
-
-def _surrogate_prefix(held: bytes) -> bool:
-    """ED A0..BF: the start of an encoded surrogate, certainly invalid UTF-8.
-
-    CPython's incremental decoder keeps these two bytes until a third arrives (every other
-    invalid prefix it rejects at once), while a full decode, Python's or Rust's
-    ``from_utf8_lossy``, already renders each as U+FFFD. Checked by hand so certain
-    invalid bytes leave as soon as they are certain.
-    """
-    return len(held) >= 2 and held[0] == 0xED and held[1] >= 0xA0
 
 
 class StreamDecoder(ABC):
@@ -87,7 +76,7 @@ class ByteLevelStream(StreamDecoder):
         # it stops before an incomplete-but-possibly-valid tail and says where.
         text, used = _utf8_decode(data, "replace", False)
         tail = data[used:]
-        if tail and _surrogate_prefix(tail):
+        if tail and surrogate_prefix(tail):
             text += "\ufffd" * len(tail)
             tail = b""
         self._tail = tail
@@ -115,7 +104,7 @@ class ByteLevelStream(StreamDecoder):
             self._tail = b""
             return text
         tail = data[used:]
-        if _surrogate_prefix(tail):
+        if surrogate_prefix(tail):
             self._tail = b""
             return text + "\ufffd" * len(tail)
         self._tail = tail
@@ -207,7 +196,7 @@ class SentencePieceStream(StreamDecoder):
         self._run_len += 1
         try:
             self._run_text.append(self._dec.decode(_BYTES[b]))
-            if b >= 0xA0 and _surrogate_prefix(self._dec.getstate()[0]):
+            if b >= 0xA0 and surrogate_prefix(self._dec.getstate()[0]):
                 raise UnicodeDecodeError("utf-8", b"", 0, 1, "surrogate")
         except UnicodeDecodeError:
             self._run_bad = True

@@ -32,7 +32,7 @@ from typing import Any, Literal
 from ._decoders import ByteLevelStream, GenericStream, SentencePieceStream, StreamDecoder
 from ._errors import StreamFinishedError, TokenIdError, TokenTypeError, UnsupportedTokenizerError
 from ._matcher import Matcher
-from ._tables import build_table, decode_with_table
+from ._tables import TokenTable, build_table, decode_with_table, eos_token_ids_of
 from ._tags import TagSet, ToolCall, parse_tool_body
 
 __all__ = ["Delta", "DetokenizerState", "Segment"]
@@ -136,9 +136,9 @@ class DetokenizerState:
         "token_ids",
         "_dec",
         "_vocab",
+        "_holes",
         "_size",
         "_skip_chars",
-        "_stop",
         "_stop_ids",
         "_eos_ids",
         "_include_stop",
@@ -213,6 +213,7 @@ class DetokenizerState:
         dec: StreamDecoder
         if table is not None:
             self._vocab = table.pieces
+            self._holes = table.has_holes
             self._size = len(table.pieces)
             prompt = self._checked_prompt(prompt_ids)
             if table.family == "byte_level":
@@ -223,10 +224,10 @@ class DetokenizerState:
             # decode(prompt) renders a held tail as final: its characters stand where the
             # output's first characters will, so the output starts that many characters in.
             self._skip_chars = len(dec.peek_final())
-            tail = decode_with_table(table, prompt[-16:])
             eos_default: tuple[int, ...] = table.eos_token_ids
         else:
             self._vocab = None
+            self._holes = False
             self._size = _vocab_size(tokenizer)
             prompt = self._checked_prompt(prompt_ids)
             decode_kwargs: dict[str, Any] = {"skip_special_tokens": skip_special_tokens}
@@ -239,8 +240,7 @@ class DetokenizerState:
             cleanup = bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
             dec = GenericStream(decode, prompt, cleanup=cleanup)
             self._skip_chars = 0
-            tail = tokenizer.decode(prompt[-16:]) if prompt else ""
-            eos_default = _eos_of(tokenizer)
+            eos_default = eos_token_ids_of(tokenizer)
         self.path = dec.path
         self.why = why
         self._dec = dec
@@ -250,7 +250,6 @@ class DetokenizerState:
 
         # Stop conditions.
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
-        self._stop = stops
         self._eos_ids = frozenset(eos_default if eos_token_ids is None else eos_token_ids)
         self._stop_ids = frozenset(stop_token_ids or ()) | self._eos_ids
         self._include_stop = include_stop_str_in_output
@@ -287,14 +286,15 @@ class DetokenizerState:
             for kinds in self._kinds
         )
         self._has_stops = tuple(any(k == "stop" for k, _ in kinds) for kinds in self._kinds)
-        self._id_tags = _id_tags(tokenizer, tags, skip_special_tokens) if tags is not None else {}
+        self._id_tags = _id_tags(table, tags) if tags is not None and table is not None and skip_special_tokens else {}
         self._mode = _CONTENT
         self._log_text: list[str] = []
         self._log_kind: list[int] = []
         self._keep_log = keep_log
-        if tags is not None and tags.reasoning_open and tags.reasoning_close:
+        if tags is not None and tags.reasoning_open and tags.reasoning_close and prompt:
             # A template that ends inside an open reasoning block (``<think>\n``) starts the
-            # stream in reasoning.
+            # stream in reasoning. Decoded with special tokens kept: the tag may be one.
+            tail = decode_with_table(table, prompt[-16:]) if table is not None else tokenizer.decode(prompt[-16:])
             if tail.rstrip().endswith(tags.reasoning_open):
                 self._mode = _REASONING
                 self._log(_TAG, "")  # the open tag lives in the prompt
@@ -429,7 +429,7 @@ class DetokenizerState:
         vocab = self._vocab
         if clean:
             prompt = packed.tolist()
-            if vocab is None or not any(vocab[t] is None for t in set(prompt)):
+            if not self._holes or not any(vocab[t] is None for t in set(prompt)):  # type: ignore[index]
                 return prompt
         n = len(prompt_ids)
         prompt = [_as_id(v, i - n, self.request_id) for i, v in enumerate(prompt_ids)]
@@ -488,21 +488,16 @@ class DetokenizerState:
                 self._log_kind.append(_CONTENT)
             return text if as_text else _text_delta(text)
         out = _Out()
-        if text:
-            self._take(text, out)
-        if self._finish_reason is None and self._has_stops[self._mode] and self._dec.holds():
-            self._provisional_stop(out)
+        self._take_settled(text, out)
         if self._finish_reason is None and self._max_tokens is not None and self._n_out >= self._max_tokens:
             self._finish_reason = "length"
         if self._finish_reason is not None:
             self._close(out)
             self._fast = False
-        elif as_text:
-            return "".join(out.text)
-        elif not out.text and not out.reasoning and not out.tools:
-            return _ONE_EMPTY
         if as_text:
             return "".join(out.text)
+        if self._finish_reason is None and not out.text and not out.reasoning and not out.tools:
+            return _ONE_EMPTY
         return self._delta(out, 1)
 
     def _step(self, tid: int, out: _Out) -> None:
@@ -515,12 +510,7 @@ class DetokenizerState:
         if not stop_token or self._include_stop:
             if tid in self._id_tags:
                 self._id_tag(self._id_tags[tid], out)
-            text = self._dec.feed_one(tid)
-            text = self._unskip(text)
-            if text:
-                self._take(text, out)
-            if self._finish_reason is None and self._has_stops[self._mode] and self._dec.holds():
-                self._provisional_stop(out)
+            self._take_settled(self._unskip(self._dec.feed_one(tid)), out)
         if self._finish_reason is not None:
             return
         if stop_token:
@@ -528,6 +518,13 @@ class DetokenizerState:
             self._stop_reason = None if tid in self._eos_ids else tid
         elif self._max_tokens is not None and self._n_out >= self._max_tokens:
             self._finish_reason = "length"
+
+    def _take_settled(self, text: str, out: _Out) -> None:
+        """One token's settled text through the boundary, then the provisional stop check."""
+        if text:
+            self._take(text, out)
+        if self._finish_reason is None and self._has_stops[self._mode] and self._dec.holds():
+            self._provisional_stop(out)
 
     def _provisional_stop(self, out: _Out) -> None:
         """Stop where ``decode(prompt + out[:k])`` has the stop, as vLLM's rule says.
@@ -744,22 +741,8 @@ def _takes_kwarg(tokenizer: Any, name: str) -> bool:
     return False
 
 
-def _eos_of(tokenizer: Any) -> tuple[int, ...]:
-    v = getattr(tokenizer, "eos_token_id", None)
-    if isinstance(v, int):
-        return (v,)
-    if isinstance(v, (list, tuple)):
-        return tuple(int(x) for x in v)
-    return ()
-
-
-def _id_tags(tokenizer: Any, tags: TagSet, skip_special: bool) -> dict[int, tuple[str, str]]:
+def _id_tags(table: TokenTable, tags: TagSet) -> dict[int, tuple[str, str]]:
     """Tag tokens whose text the decode drops (special tokens under skip_special_tokens)."""
-    if not skip_special:
-        return {}
-    table, _ = build_table(tokenizer)
-    if table is None:
-        return {}
     by_text = {content: i for i, content, special in table.added_tokens if special}
     found: dict[int, tuple[str, str]] = {}
     for kind, text in (

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Family", "TokenTable", "build_table", "decode_with_table"]
+__all__ = ["Family", "TokenTable", "build_table", "decode_with_table", "eos_token_ids_of", "surrogate_prefix"]
 
 Family = Literal["byte_level", "sentencepiece", "generic"]
 
@@ -55,8 +55,11 @@ class TokenTable:
     #: byte_level: for a piece that is not valid alone, what it gives arriving when nothing
     #: is held: (settled text, held tail). Split characters start with no decode at all.
     splits: tuple[tuple[str, bytes] | None, ...] = field(default=(), repr=False, compare=False)
+    #: Whether some id below ``vocab_size`` has no piece (derived; checked once here).
+    has_holes: bool = field(default=False, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "has_holes", None in self.pieces)
         if self.family == "byte_level" and len(self.texts) != len(self.pieces):
             texts = tuple(_standalone(p) for p in self.pieces)
             object.__setattr__(self, "texts", texts)
@@ -79,11 +82,21 @@ def _standalone(piece: bytes | None) -> str | None:
         return None
 
 
+def surrogate_prefix(held: bytes) -> bool:
+    """ED A0..BF: the start of an encoded surrogate, certainly invalid UTF-8.
+
+    CPython's UTF-8 decoder keeps these two bytes for a third (every other invalid prefix it
+    rejects at once), while a full decode, Python's or Rust's ``from_utf8_lossy``, already
+    renders each as U+FFFD. Checked by hand so certain invalid bytes leave at once.
+    """
+    return len(held) >= 2 and held[0] == 0xED and held[1] >= 0xA0
+
+
 def _split(piece: bytes) -> tuple[str, bytes]:
     """(text, held tail) of ``piece`` decoded from a clean start, as the stream decodes it."""
     text, used = codecs.utf_8_decode(piece, "replace", False)
     tail = piece[used:]
-    if len(tail) >= 2 and tail[0] == 0xED and tail[1] >= 0xA0:  # see _decoders._surrogate_prefix
+    if surrogate_prefix(tail):
         return text + "\ufffd" * len(tail), b""
     return text, tail
 
@@ -182,18 +195,14 @@ def _sentencepiece_shape(decoder: dict[str, Any]) -> tuple[str, bool] | None:
     return rep["pattern"]["String"], strip
 
 
-def _eos_ids(tokenizer: Any) -> tuple[int, ...]:
-    ids: list[int] = []
-    for attr in ("eos_token_id",):
-        v = getattr(tokenizer, attr, None)
-        if isinstance(v, int):
-            ids.append(v)
-        elif isinstance(v, (list, tuple)):
-            ids.extend(int(x) for x in v)
-    gen = getattr(tokenizer, "generation_eos_token_ids", None)
-    if isinstance(gen, (list, tuple)):
-        ids.extend(int(x) for x in gen)
-    return tuple(dict.fromkeys(ids))
+def eos_token_ids_of(tokenizer: Any) -> tuple[int, ...]:
+    """The tokenizer's EOS id or ids (several where the model has several)."""
+    v = getattr(tokenizer, "eos_token_id", None)
+    if isinstance(v, int):
+        return (v,)
+    if isinstance(v, (list, tuple)):
+        return tuple(dict.fromkeys(int(x) for x in v))
+    return ()
 
 
 def _try_build(tokenizer: Any) -> tuple[TokenTable | None, str]:
@@ -214,7 +223,7 @@ def _try_build(tokenizer: Any) -> tuple[TokenTable | None, str]:
     special = frozenset(i for i, t in added.items() if t.special)
     added_tokens = tuple(sorted((i, t.content, bool(t.special)) for i, t in added.items()))
     name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-    eos = _eos_ids(tokenizer)
+    eos = eos_token_ids_of(tokenizer)
     if decoder.get("type") == "ByteLevel":
         pieces: list[bytes | None] = [None] * size
         for tok, i in vocab.items():

@@ -64,3 +64,24 @@ def test_a_table_that_disagrees_with_decode_falls_back(qwen3):
     assert s.path == "generic" and "differs" in s.why
     ids = qwen3.encode("hello wörld", add_special_tokens=False)
     assert "".join(s.push(i).text for i in ids) + s.finish().text == "HELLO WÖRLD"
+
+
+def test_a_hole_in_the_vocabulary_is_a_typed_error_in_prompt_and_output():
+    import pytest
+
+    from detok_plugin import IncrementalDetokenizer, TokenIdError, TokenTable
+
+    t = TokenTable("byte_level", (b"a", None, b"c"), frozenset())
+    assert t.has_holes
+    with pytest.raises(TokenIdError) as e:
+        DetokenizerState.from_tokenizer(t, prompt_ids=[0, 1, 2])
+    assert (e.value.token_id, e.value.position) == (1, -2)
+    s = DetokenizerState.from_tokenizer(t, prompt_ids=[0, 2])
+    assert s.push(0).text == "a"
+    with pytest.raises(TokenIdError) as e:
+        s.push(1)
+    assert (e.value.token_id, e.value.position) == (1, 1)
+    d = IncrementalDetokenizer(t, [])
+    with pytest.raises(TokenIdError):
+        d.push(1)
+    assert d.push(2) == "c"
