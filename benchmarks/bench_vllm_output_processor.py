@@ -54,13 +54,15 @@ def workload(tok, concurrency: int, steps: int, prompt_len: int) -> list[tuple[l
     return work
 
 
-def one_run(tok, work, *, stops: bool, plugin: bool | None) -> float:
-    """Mean ns per process_outputs call over one full replay (plugin None: the floor)."""
+def build(tok, work, *, stops: bool, plugin: bool | None) -> tuple[OutputProcessor, list[list[EngineCoreOutput]]]:
+    """One processor with every request added, and its own copy of the replayed steps
+    (``process_outputs`` may trim a step's ids in place, so no two processors share one)."""
+    steps = len(work[0][1])
     with _switched(plugin):
         op = OutputProcessor(tok, log_stats=False)
         for r, (prompt, _) in enumerate(work):
             params = SamplingParams(
-                max_tokens=len(work[0][1]), output_kind=RequestOutputKind.DELTA, stop=STOPS if stops else None
+                max_tokens=steps, output_kind=RequestOutputKind.DELTA, stop=STOPS if stops else None
             )
             op.add_request(
                 EngineCoreRequest(
@@ -70,7 +72,6 @@ def one_run(tok, work, *, stops: bool, plugin: bool | None) -> float:
                 ),
                 None,
             )
-    steps = len(work[0][1])
     batches = [
         [
             EngineCoreOutput(
@@ -82,24 +83,41 @@ def one_run(tok, work, *, stops: bool, plugin: bool | None) -> float:
         ]
         for k in range(steps)
     ]
+    return op, batches
+
+
+MODES: tuple[bool | None, ...] = (False, True, None)  # stock, plugin, floor
+
+
+def one_replay(tok, work, *, stops: bool) -> dict[bool | None, float]:
+    """Mean ns per ``process_outputs`` call of stock, plugin and floor over one replay.
+
+    The three processors live side by side and take each engine step in turn (the order
+    rotates every step), so load on the machine, the heap's size and the caches' state fall
+    on all three alike: a ratio compares two runs of the same step a few milliseconds apart.
+    """
+    built = {mode: build(tok, work, stops=stops, plugin=mode) for mode in MODES}
     # Collect, then freeze what exists: setup objects (tokenizer, requests, replayed outputs)
     # move to the permanent generation, as a server freezes its heap after start-up. Without
-    # it, one full collection (~0.3 s here, its cost set by the whole heap) lands inside one
-    # side's timed loop and not the other's depending on allocation counters at setup, and
-    # decides the ratio by itself. Collections of what the timed steps allocate still run.
+    # it, one full collection (its cost set by the whole heap) lands inside one side's step
+    # and decides the ratio by itself. Collections of what the timed steps allocate still run.
     gc.collect()
     gc.freeze()
-    total = 0
-    process = op.process_outputs
+    totals = dict.fromkeys(MODES, 0)
+    clock = time.perf_counter_ns
     try:
-        for batch in batches:
-            t0 = time.perf_counter_ns()
-            process(batch)
-            total += time.perf_counter_ns() - t0
+        for k in range(len(work[0][1])):
+            shift = k % len(MODES)
+            for mode in MODES[shift:] + MODES[:shift]:
+                op, batches = built[mode]
+                t0 = clock()
+                op.process_outputs(batches[k])
+                totals[mode] += clock() - t0
     finally:
         gc.unfreeze()
-    assert not op.has_unfinished_requests()
-    return total / steps
+    for op, _ in built.values():
+        assert not op.has_unfinished_requests()
+    return {mode: total / len(work[0][1]) for mode, total in totals.items()}
 
 
 class _switched:
@@ -141,15 +159,16 @@ def main() -> None:
     for stops in (False, True):
         for conc in args.concurrency:
             work = workload(tok, conc, args.steps, args.prompt_len)
-            modes = (False, True, None)
-            for plugin in modes:  # warm-up
-                one_run(tok, work, stops=stops, plugin=plugin)
-            samples: dict[bool | None, list[float]] = {m: [] for m in modes}
-            for rep in range(args.repeats):
-                for plugin in (modes if rep % 2 == 0 else modes[::-1]):
-                    samples[plugin].append(one_run(tok, work, stops=stops, plugin=plugin))
-            stock, ours, floor = (statistics.median(samples[m]) for m in modes)
-            ratio = ours / stock
+            one_replay(tok, work, stops=stops)  # warm-up
+            samples: dict[bool | None, list[float]] = {m: [] for m in MODES}
+            ratios = []
+            for _ in range(args.repeats):
+                got = one_replay(tok, work, stops=stops)
+                for m in MODES:
+                    samples[m].append(got[m])
+                ratios.append(got[True] / got[False])
+            stock, ours, floor = (statistics.median(samples[m]) for m in MODES)
+            ratio = statistics.median(ratios)
             rows.append(
                 (
                     "4 stops" if stops else "none",

@@ -8,6 +8,10 @@ fallback, and a decode-based fallback for anything else. Each has the same verbs
 * ``flush() -> str``: the end of the stream: whatever was held, rendered as final;
 * ``peek_final() -> str``: what ``flush`` would return now, without changing state.
 
+And two attributes for a caller's hot loop: while ``idle`` is true, ``feed_one(i)`` is
+``quick[i]`` whenever that is not None, and changes nothing, so the caller may index
+``quick`` instead of calling (one call fewer per token on the common path).
+
 Ids reach a decoder already validated (ints inside the vocabulary).
 """
 
@@ -30,6 +34,11 @@ class StreamDecoder(ABC):
     """The verbs every family's stream decoder offers."""
 
     path: str = ""
+    idle: bool = False
+    quick: tuple[str | None, ...] = ()
+    #: Whether what ``holds`` keeps can only ever render as U+FFFD (``peek_final`` is all
+    #: U+FFFD): then held text cannot complete a stop string that has no U+FFFD in it.
+    held_is_replacement: bool = False
 
     @abstractmethod
     def feed(self, ids: Sequence[int]) -> str: ...
@@ -62,14 +71,17 @@ class ByteLevelStream(StreamDecoder):
     """
 
     path = "byte_level"
-    __slots__ = ("_pieces", "_texts", "_splits", "_skip", "_tail")
+    # The tail is at most three bytes of one unfinished character: final, it is one U+FFFD.
+    held_is_replacement = True
+    __slots__ = ("idle", "quick", "_pieces", "_splits", "_skip", "_tail")
 
     def __init__(self, table: TokenTable, *, skip_special_tokens: bool) -> None:
         self._pieces = table.pieces
-        self._texts = table.texts
+        self.quick = table.quick_texts(skip_special_tokens)
         self._splits = table.splits
         self._skip = table.special_ids if skip_special_tokens and table.special_ids else None
         self._tail = b""  # bytes of an unfinished character, held
+        self.idle = True  # no tail
 
     def _decode(self, data: bytes) -> str:
         # codecs.utf_8_decode with final=False is the C core of the incremental decoder:
@@ -80,32 +92,36 @@ class ByteLevelStream(StreamDecoder):
             text += "\ufffd" * len(tail)
             tail = b""
         self._tail = tail
+        self.idle = not tail
         return text
 
     def feed_one(self, i: int) -> str:
-        """The hot path: with nothing held, a token that is valid UTF-8 alone is its text."""
-        if self._skip is not None and i in self._skip:
-            return ""
+        """The hot path: with nothing held, a token that is valid UTF-8 alone (or a skipped
+        special token) is its ``quick`` text."""
         tail = self._tail
         if not tail:
-            text = self._texts[i]
+            text = self.quick[i]
             if text is not None:
                 return text
             split = self._splits[i]
             if split is None:  # a hole in the vocabulary: the caller's checked path raises
                 raise TypeError(f"no piece for token id {i}")
             self._tail = split[1]
+            self.idle = not split[1]
             return split[0]
-        else:
-            data = tail + self._pieces[i]
+        if self._skip is not None and i in self._skip:
+            return ""
         # _decode, inlined: this is the per-token path of every split character.
+        data = tail + self._pieces[i]
         text, used = _utf8_decode(data, "replace", False)
         if used == len(data):
             self._tail = b""
+            self.idle = True
             return text
         tail = data[used:]
         if surrogate_prefix(tail):
             self._tail = b""
+            self.idle = True
             return text + "\ufffd" * len(tail)
         self._tail = tail
         return text
@@ -136,6 +152,7 @@ class ByteLevelStream(StreamDecoder):
 
     def flush(self) -> str:
         tail, self._tail = self._tail, b""
+        self.idle = True
         return tail.decode("utf-8", "replace")
 
     def peek_final(self) -> str:
@@ -155,10 +172,11 @@ class SentencePieceStream(StreamDecoder):
     """
 
     path = "sentencepiece"
-    __slots__ = ("_pieces", "_bytes", "_skip", "_strip", "_dec", "_run_text", "_run_len", "_run_bad")
+    __slots__ = ("idle", "quick", "_pieces", "_bytes", "_skip", "_strip", "_dec", "_run_text", "_run_len", "_run_bad")
 
     def __init__(self, table: TokenTable, *, skip_special_tokens: bool) -> None:
         self._pieces = table.pieces
+        self.quick = table.quick_texts(skip_special_tokens)
         self._bytes = table.byte_values
         self._skip = table.special_ids if skip_special_tokens and table.special_ids else None
         self._strip = table.strip_leading_space
@@ -166,10 +184,12 @@ class SentencePieceStream(StreamDecoder):
         self._run_text: list[str] = []
         self._run_len = 0
         self._run_bad = False
+        self.idle = not self._strip  # no run open, and the leading-space strip decided
 
     def _out(self, s: str) -> str:
         if self._strip and s:
             self._strip = False
+            self.idle = not self._run_len
             if s[0] == " ":
                 return s[1:]
         return s
@@ -187,6 +207,7 @@ class SentencePieceStream(StreamDecoder):
         self._run_text.clear()
         self._run_len = 0
         self._run_bad = False
+        self.idle = not self._strip
         self._dec.reset()
         return text
 
@@ -194,6 +215,7 @@ class SentencePieceStream(StreamDecoder):
         if self._run_bad:
             return "\ufffd"
         self._run_len += 1
+        self.idle = False
         try:
             self._run_text.append(self._dec.decode(_BYTES[b]))
             if b >= 0xA0 and surrogate_prefix(self._dec.getstate()[0]):
@@ -234,6 +256,7 @@ class SentencePieceStream(StreamDecoder):
         if self._strip and start > 0:
             if any(i not in skip and (byte_values[i] >= 0 or pieces[i]) for i in prompt[:start]):
                 self._strip = False
+                self.idle = not self._run_len
         if start < len(prompt):
             self.feed(prompt[start:])
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 __all__ = ["Matcher"]
@@ -43,6 +43,10 @@ class Matcher:
     # The first characters of the patterns: from the root, the automaton can only move on
     # one of them, so the scan jumps (in C, with a regex) to the next one.
     first: re.Pattern[str]
+    first_chars: str
+    # ``first.search``, bound once: every stream on this automaton shares the one object
+    # (a bound method per stream would be one more object to touch per token).
+    find_first: Callable[..., re.Match[str] | None]
 
     @staticmethod
     @functools.lru_cache(maxsize=256)
@@ -93,7 +97,9 @@ class Matcher:
                 order.append(child)
         chars = "".join(sorted({p[0] for p in patterns}))
         first = re.compile("[" + re.escape(chars) + "]")
-        return Matcher(patterns, tuple(goto), tuple(fail), tuple(depth), tuple(match), tuple(hold), first)
+        return Matcher(
+            patterns, tuple(goto), tuple(fail), tuple(depth), tuple(match), tuple(hold), first, chars, first.search
+        )
 
     def scan(self, state: int, text: str) -> tuple[int, tuple[int, int] | None]:
         """Advance over ``text``; stop at the first complete match.

@@ -26,7 +26,7 @@ from __future__ import annotations
 import operator
 from array import array
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ._decoders import ByteLevelStream, GenericStream, SentencePieceStream, StreamDecoder
@@ -100,13 +100,15 @@ class Segment:
     text: str
 
 
-@dataclass(slots=True)
 class _Out:
     """Accumulates one call's output before it becomes a frozen Delta."""
 
-    text: list[str] = field(default_factory=list)
-    reasoning: list[str] = field(default_factory=list)
-    tools: list[ToolCall] = field(default_factory=list)
+    __slots__ = ("text", "reasoning", "tools")
+
+    def __init__(self) -> None:  # list displays: cheaper than dataclass default factories
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.tools: list[ToolCall] = []
 
 
 def _as_id(value: Any, position: int, request_id: str | None) -> int:
@@ -127,17 +129,34 @@ class DetokenizerState:
     ``tokenizer.decode(prompt + out)[len(tokenizer.decode(prompt)):]`` with the same
     flags, cut at a stop as the stop options say, and with reasoning and tool calls moved
     to their channels when ``tags`` are given.
+
+    ``finish_reason`` (``"stop"``, ``"length"`` or None) and ``stop_reason`` (the stop
+    string or stop token id; None for EOS) are attributes to read, not to set.
     """
 
+    # Slot order is memory order: what push and push_text read for every token comes
+    # first, so that one token touches two cache lines of the state, not six.
     __slots__ = (
+        "_hot",
+        "_fast",
+        "_size",
+        "_dec",
+        "_n_out",
+        "token_ids",
+        "_ac_state",
+        "_flags",
+        "_first",
+        "_held_may_stop",
+        "_keep_log",
+        "finish_reason",
+        "stop_reason",
+        "_log_text",
+        "_log_kind",
         "path",
         "why",
         "request_id",
-        "token_ids",
-        "_dec",
         "_vocab",
         "_holes",
-        "_size",
         "_skip_chars",
         "_stop_ids",
         "_eos_ids",
@@ -152,19 +171,13 @@ class DetokenizerState:
         "_has_stops",
         "_mode",
         "_ac",
-        "_ac_state",
         "_pending",
         "_tool_index",
         "_tool_body",
-        "_log_text",
-        "_log_kind",
-        "_keep_log",
-        "_finish_reason",
-        "_stop_reason",
-        "_n_out",
         "_done",
-        "_fast",
         "_fast_static",
+        "_hot_static",
+        "_first_bytes",
     )
 
     # --- construction ------------------------------------------------------------------
@@ -255,8 +268,10 @@ class DetokenizerState:
         self._include_stop = include_stop_str_in_output
         self._min_tokens = min_tokens
         self._max_tokens = max_tokens
-        self._finish_reason: FinishReason | None = None
-        self._stop_reason: str | int | None = None
+        # Plain slots, read-only by contract: a serving loop reads them after every push
+        # (an attribute read, where a property would cost a call).
+        self.finish_reason: FinishReason | None = None
+        self.stop_reason: str | int | None = None
 
         # Tags and channels: one automaton per channel, over the patterns live in it.
         self._tags = tags
@@ -311,6 +326,26 @@ class DetokenizerState:
             and not self._id_tags
         )
         self._fast = self._fast_ready()
+        # push_text's hot path: as _fast, but stop strings may be live (no tags, stop ids,
+        # or max_tokens). A token whose text has no first character of a stop, with nothing
+        # partly matched, leaves at once; _first finds such a character (None: no stops).
+        content = self._matchers[_CONTENT]
+        self._hot_static = (
+            self._vocab is not None
+            and tags is None
+            and not self._stop_ids
+            and max_tokens is None
+        )
+        self._first = content.find_first if content is not None else None
+        # Byte-level with ASCII first characters: a per-id flag replaces the search.
+        flags = table.first_flags(content.first_chars) if table is not None and content is not None else None
+        self._flags, self._first_bytes = flags if flags is not None else (None, None)
+        # Text the decoder holds can complete a stop only if, rendered as final, it can
+        # contain a stop's characters: never when it is all U+FFFD and no stop has one.
+        self._held_may_stop = self._has_stops[_CONTENT] and (
+            not dec.held_is_replacement or any("\ufffd" in s for s in stops)
+        )
+        self._hot = self._hot_ready()
         return self
 
     # --- the verbs ---------------------------------------------------------------------
@@ -319,8 +354,11 @@ class DetokenizerState:
         """Add one id or several (a speculative step); return what is now settled."""
         if self._fast and type(ids) is int and 0 <= ids < self._size:
             # The hot path: no stops, tags or skips are live, one valid int id.
+            dec = self._dec
             try:
-                text = self._dec.feed_one(ids)
+                text = dec.quick[ids] if dec.idle else None
+                if text is None:
+                    text = dec.feed_one(ids)
             except TypeError:  # a hole in the vocabulary: the checked path raises
                 pass
             else:
@@ -333,7 +371,7 @@ class DetokenizerState:
                     return _text_delta(text)
                 return _ONE_EMPTY
         if self._done:
-            raise StreamFinishedError(self._n_out, self.request_id, self._finish_reason or "finish() was called")
+            raise StreamFinishedError(self._n_out, self.request_id, self.finish_reason or "finish() was called")
         if (
             type(ids) is int
             and self._vocab is not None
@@ -359,18 +397,19 @@ class DetokenizerState:
         for tid in checked:
             consumed += 1
             self._step(tid, out)
-            if self._finish_reason is not None:
+            if self.finish_reason is not None:
                 break
-        if self._finish_reason is not None:
+        if self.finish_reason is not None:
             self._close(out)
         self._fast = self._fast_ready()
-        if len(checked) == 1 and not out.text and not out.reasoning and not out.tools and self._finish_reason is None:
+        self._hot = self._hot_ready()
+        if len(checked) == 1 and not out.text and not out.reasoning and not out.tools and self.finish_reason is None:
             return _ONE_EMPTY
         return self._delta(out, consumed)
 
     def finish(self) -> Delta:
         """End the stream: release everything held, rendered as the final decode renders it."""
-        if self._done and self._finish_reason is None:
+        if self._done and self.finish_reason is None:
             raise StreamFinishedError(self._n_out, self.request_id, "finish() was called")
         if self._done:  # a stop already closed the stream: nothing more to release
             if self._dec is None:
@@ -380,21 +419,13 @@ class DetokenizerState:
         out = _Out()
         self._close(out)
         self._dec = None  # type: ignore[assignment]
-        self._fast = False
+        self._fast = self._hot = False
         return self._delta(out, 0)
 
     @property
     def finished(self) -> bool:
         """True after a stop condition or finish(): no further push is accepted."""
         return self._done
-
-    @property
-    def finish_reason(self) -> FinishReason | None:
-        return self._finish_reason
-
-    @property
-    def stop_reason(self) -> str | int | None:
-        return self._stop_reason
 
     @property
     def held(self) -> str:
@@ -443,22 +474,42 @@ class DetokenizerState:
 
         Refused on a stream with tags, whose reasoning and tool-call channels it would drop.
         """
-        if self._tags is not None:
-            raise ValueError("push_text() returns content only; a stream with tags needs push()")
         tid = token_id
-        if type(tid) is int and 0 <= tid < self._size and not self._done:
-            if self._fast:
+        if self._hot and type(tid) is int and 0 <= tid < self._size:
+            # Content only, nothing skipped, stream live (see _hot_ready). An idle decoder's
+            # text for most ids is one index away (StreamDecoder.quick): no call.
+            dec = self._dec
+            text = dec.quick[tid] if dec.idle else None
+            if text is None:
                 try:
-                    text = self._dec.feed_one(tid)
+                    text = dec.feed_one(tid)
                 except TypeError:  # a hole in the vocabulary: the checked path raises
                     return self.push(tid).text
-                self._n_out += 1
-                self.token_ids.append(tid)
-                if text:
-                    if self._keep_log:
-                        self._log_text.append(text)
-                        self._log_kind.append(_CONTENT)
-                return text
+            self._n_out += 1
+            self.token_ids.append(tid)
+            flags = self._flags
+            if (
+                self._ac_state
+                or (
+                    text
+                    and (
+                        (flags[tid] != 1 and self._piece_has_first(tid))
+                        if flags is not None
+                        else (self._first is not None and self._first(text) is not None)
+                    )
+                )
+                or (self._held_may_stop and dec.holds())
+            ):
+                # A stop is partly matched, may start in this text, or may complete in
+                # what the decoder holds: the boundary scan decides.
+                return self._scan_text(text)
+            if text and self._keep_log:
+                self._log_text.append(text)
+                self._log_kind.append(_CONTENT)
+            return text
+        if self._tags is not None:
+            raise ValueError("push_text() returns content only; a stream with tags needs push()")
+        if type(tid) is int and 0 <= tid < self._size and not self._done:
             if (
                 self._vocab is not None
                 and self._vocab[tid] is not None
@@ -467,6 +518,35 @@ class DetokenizerState:
             ):
                 return self._push_one(tid, True)  # type: ignore[return-value]
         return self.push(tid).text
+
+    def _piece_has_first(self, tid: int) -> bool:
+        """Whether id ``tid``'s piece holds a first character of a stop (see
+        ``TokenTable.first_flags``), learnt once per id and table, then shared."""
+        flags = self._flags
+        if not flags[tid]:  # type: ignore[index]
+            flags[tid] = 2 if self._first_bytes(self._vocab[tid]) is not None else 1  # type: ignore[index,misc]
+        return flags[tid] == 2  # type: ignore[index]
+
+    def _scan_text(self, text: str) -> str:
+        """push_text's boundary step when a stop may be involved (content is the only
+        channel). The common outcome, no stop completes and none can complete in what the
+        decoder holds, is ``_take``'s no-match branch without building an ``_Out``; any
+        other goes through ``_settle``, which scans again from the same state."""
+        ac = self._ac
+        state, hit = ac.scan(self._ac_state, text)
+        if hit is None and not (self._held_may_stop and self._dec.holds()):
+            self._ac_state = state
+            buf = self._pending + text
+            cut = len(buf) - ac.hold[state]
+            self._pending = buf[cut:]
+            text = buf[:cut]
+            if text and self._keep_log:
+                self._log_text.append(text)
+                self._log_kind.append(_CONTENT)
+            return text
+        out = _Out()
+        self._settle(text, out)
+        return "".join(out.text)
 
     def _push_one(self, tid: int, as_text: bool = False) -> Delta | str:
         """``push`` of one checked id that is no stop token or id tag: ``_step`` without
@@ -488,17 +568,23 @@ class DetokenizerState:
                 self._log_kind.append(_CONTENT)
             return text if as_text else _text_delta(text)
         out = _Out()
-        self._take_settled(text, out)
-        if self._finish_reason is None and self._max_tokens is not None and self._n_out >= self._max_tokens:
-            self._finish_reason = "length"
-        if self._finish_reason is not None:
-            self._close(out)
-            self._fast = False
+        self._settle(text, out)
         if as_text:
             return "".join(out.text)
-        if self._finish_reason is None and not out.text and not out.reasoning and not out.tools:
+        if self.finish_reason is None and not out.text and not out.reasoning and not out.tools:
             return _ONE_EMPTY
         return self._delta(out, 1)
+
+    def _settle(self, text: str, out: _Out) -> None:
+        """The rest of one checked id's push after its decode: the boundary, the
+        provisional stop, max_tokens, closing on a finish; then which hot path is open."""
+        self._take_settled(text, out)
+        if self.finish_reason is None and self._max_tokens is not None and self._n_out >= self._max_tokens:
+            self.finish_reason = "length"
+        if self.finish_reason is not None:
+            self._close(out)
+        self._fast = self._fast_ready()
+        self._hot = self._hot_ready()
 
     def _step(self, tid: int, out: _Out) -> None:
         """One checked id: count it; a stop token ends the stream (its text only with
@@ -511,19 +597,19 @@ class DetokenizerState:
             if tid in self._id_tags:
                 self._id_tag(self._id_tags[tid], out)
             self._take_settled(self._unskip(self._dec.feed_one(tid)), out)
-        if self._finish_reason is not None:
+        if self.finish_reason is not None:
             return
         if stop_token:
-            self._finish_reason = "stop"
-            self._stop_reason = None if tid in self._eos_ids else tid
+            self.finish_reason = "stop"
+            self.stop_reason = None if tid in self._eos_ids else tid
         elif self._max_tokens is not None and self._n_out >= self._max_tokens:
-            self._finish_reason = "length"
+            self.finish_reason = "length"
 
     def _take_settled(self, text: str, out: _Out) -> None:
         """One token's settled text through the boundary, then the provisional stop check."""
         if text:
             self._take(text, out)
-        if self._finish_reason is None and self._has_stops[self._mode] and self._dec.holds():
+        if self.finish_reason is None and self._has_stops[self._mode] and self._dec.holds():
             self._provisional_stop(out)
 
     def _provisional_stop(self, out: _Out) -> None:
@@ -559,6 +645,11 @@ class DetokenizerState:
         """Whether a plain push may go straight to the decoder (no stops, tags, skips)."""
         return self._fast_static and not self._skip_chars and not self._done
 
+    def _hot_ready(self) -> bool:
+        """Whether push_text may take its hot path: as _fast_ready, but stop strings may be
+        live (content is the only channel: no tags)."""
+        return self._hot_static and not self._skip_chars and not self._done
+
     def _check_range(self, tid: int, position: int) -> None:
         vocab = self._vocab
         if not 0 <= tid < self._size or (vocab is not None and vocab[tid] is None):
@@ -569,8 +660,8 @@ class DetokenizerState:
             "".join(out.text),
             "".join(out.reasoning),
             tuple(out.tools),
-            self._finish_reason,
-            self._stop_reason,
+            self.finish_reason,
+            self.stop_reason,
             consumed,
         )
 
@@ -641,8 +732,8 @@ class DetokenizerState:
                 else:
                     self._emit(buf[: len(buf) - len(pattern)], out)
                     self._log(_STOP, pattern)
-                self._finish_reason = "stop"
-                self._stop_reason = pattern
+                self.finish_reason = "stop"
+                self.stop_reason = pattern
                 return
             self._emit(buf[: len(buf) - len(pattern)], out)
             self._switch(kind, pattern, out)
@@ -701,14 +792,14 @@ class DetokenizerState:
 
     def _close(self, out: _Out) -> None:
         """Flush the decoder and everything held; finish an open tool call."""
-        if not (self._finish_reason == "stop" and isinstance(self._stop_reason, str)):
+        if not (self.finish_reason == "stop" and isinstance(self.stop_reason, str)):
             text = self._dec.flush()
             text = self._unskip(text)
             if text:
                 self._take(text, out)
         # A stop string cut the stream: what followed it is dropped. Otherwise the held
         # text (a partial stop or tag that never completed) is released as it stands.
-        if not (self._finish_reason == "stop" and isinstance(self._stop_reason, str)):
+        if not (self.finish_reason == "stop" and isinstance(self.stop_reason, str)):
             self._emit(self._pending, out)
             self._pending = ""
         if self._mode == _TOOL:

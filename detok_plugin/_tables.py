@@ -21,6 +21,7 @@ from __future__ import annotations
 import codecs
 import json
 import random
+import re
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -30,6 +31,8 @@ from typing import Any, Literal
 __all__ = ["Family", "TokenTable", "build_table", "decode_with_table", "eos_token_ids_of", "surrogate_prefix"]
 
 Family = Literal["byte_level", "sentencepiece", "generic"]
+
+_MAX_FLAG_SETS = 64  # distinct first-character sets kept per table (151 KB each for Qwen3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,11 @@ class TokenTable:
     splits: tuple[tuple[str, bytes] | None, ...] = field(default=(), repr=False, compare=False)
     #: Whether some id below ``vocab_size`` has no piece (derived; checked once here).
     has_holes: bool = field(default=False, init=False, repr=False, compare=False)
+    #: byte_level: per set of ASCII characters, which pieces hold one (see first_flags).
+    _flags: dict[str, tuple[bytearray, Callable[..., Any]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _quick: dict[bool, tuple[str | None, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "has_holes", None in self.pieces)
@@ -71,6 +79,42 @@ class TokenTable:
     @property
     def vocab_size(self) -> int:
         return len(self.pieces)
+
+    def quick_texts(self, skip_special_tokens: bool) -> tuple[str | None, ...]:
+        """Per id, its text when it arrives with nothing held, or None where that depends on
+        what is held (a byte-level piece that is not valid UTF-8 alone, a SentencePiece byte
+        piece). Skipped special tokens are ``""``. Built once per table and skip flag."""
+        got = self._quick.get(skip_special_tokens)
+        if got is None:
+            if self.family == "byte_level":
+                base = list(self.texts)
+            else:
+                base = [p if b < 0 else None for p, b in zip(self.pieces, self.byte_values)]
+            if skip_special_tokens:
+                for i in self.special_ids:
+                    base[i] = ""
+            got = self._quick.setdefault(skip_special_tokens, tuple(base))
+        return got
+
+    def first_flags(self, chars: str) -> tuple[bytearray, Callable[..., Any]] | None:
+        """Per id, whether its piece holds one of ``chars``: 0 not known yet, 1 no, 2 yes;
+        with the bytes search that learns an unknown id. Shared by every stream on this
+        table whose stop strings start with these characters; None unless ``byte_level``
+        and every character is ASCII.
+
+        Why it is exact: in a byte-level stream, an ASCII character in the text one id
+        settles comes from that id's own bytes (held bytes are never ASCII), so a flag of 1
+        means no stop can start in the text, checked by one index instead of a search.
+        """
+        if self.family != "byte_level" or not chars or not chars.isascii():
+            return None
+        got = self._flags.get(chars)
+        if got is None:
+            if len(self._flags) >= _MAX_FLAG_SETS:  # unbounded stop sets: start again
+                self._flags.clear()
+            search = re.compile(b"[" + re.escape(chars.encode("ascii")) + b"]").search
+            got = self._flags.setdefault(chars, (bytearray(len(self.pieces)), search))
+        return got
 
 
 def _standalone(piece: bytes | None) -> str | None:

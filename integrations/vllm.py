@@ -52,7 +52,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from detok_plugin import Delta, DetokenizerState, IncrementalDetokenizer, TokenIdError
+from detok_plugin import Delta, DetokenizerState, TokenIdError
 
 __all__ = [
     "PLUGIN_NAME",
@@ -115,7 +115,7 @@ class Settings:
 
 
 class VllmDetokenizer:
-    """vLLM's per-request detokenizer contract over the core.
+    """vLLM's per-request detokenizer contract over a :class:`detok_plugin.DetokenizerState`.
 
     Invariants, for the text joined over ``get_next_output_text(..., delta=True)`` calls:
 
@@ -127,56 +127,58 @@ class VllmDetokenizer:
 
     The engine core, not the detokenizer, ends a stream on EOS and ``stop_token_ids`` (and
     enforces ``min_tokens`` for them); it says so through ``stop_terminated``. So only stop
-    strings are matched here. ``path`` says which core object streams the text: a
-    :class:`detok_plugin.IncrementalDetokenizer` when the request has no stop strings (a
-    str per id, the cheapest path), else a :class:`detok_plugin.DetokenizerState`.
+    strings are matched here. ``path`` is the core's decoder path (``byte_level``,
+    ``sentencepiece`` or ``generic``).
+
+    Released text is kept by the request's output kind, which fixes how vLLM asks for it
+    (``RequestState._new_completion_output``: ``delta`` is ``output_kind == DELTA``). DELTA:
+    one string of what is not yet sent, asked for every step, so it stays one step's text.
+    CUMULATIVE and FINAL_ONLY: a list of pieces, folded into one string when asked. O(1)
+    amortized per id either way. The other kind of call is answered exactly too, by
+    slower means (see :meth:`get_next_output_text`).
     """
 
     __slots__ = (
-        "request_id", "token_ids", "path", "_state", "_simple", "_include_stop",
-        "_pieces", "_sent", "_text", "_folded", "_closed", "_push_text",
+        "_state", "token_ids", "_delta", "_unsent", "request_id", "path", "_include_stop",
+        "_pieces", "_text", "_folded", "_delta_from", "_closed", "_stop_terminated",
+        "_tokenizer", "_request",
     )
 
-    def __init__(self, tokenizer: Any, request: Any) -> None:
+    def __init__(self, tokenizer: Any, request: Any, *, delta: bool | None = None) -> None:
         params = request.sampling_params
+        self._tokenizer = tokenizer  # kept for a cumulative call on a DELTA request
+        self._request = request
         self.request_id: str = request.request_id
-        self.token_ids: list[int] = []
         self._include_stop = bool(params.include_stop_str_in_output)
         stop = params.stop
-        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
-        prompt = request.prompt_token_ids or ()
-        # Both core objects reuse the verified table cached per tokenizer object, so setup
-        # per request is the prompt's decoder state and the stop automaton (cached too).
-        self._simple: IncrementalDetokenizer | None = None
-        self._state: DetokenizerState | None = None
-        if not stops and params.spaces_between_special_tokens:
-            self._simple = IncrementalDetokenizer(
-                tokenizer, prompt, skip_special_tokens=params.skip_special_tokens
-            )
-            self.path = "IncrementalDetokenizer"
-        else:
-            self._state = DetokenizerState.from_tokenizer(
-                tokenizer,
-                prompt_ids=prompt,
-                skip_special_tokens=params.skip_special_tokens,
-                spaces_between_special_tokens=params.spaces_between_special_tokens,
-                stop=stops,
-                stop_token_ids=(),
-                eos_token_ids=(),
-                include_stop_str_in_output=self._include_stop,
-                min_tokens=params.min_tokens,
-                request_id=request.request_id,
-                keep_log=False,  # the adapter keeps the released text itself
-            )
-            self.path = "DetokenizerState"
-        # One id in, content out, no Delta built: the per-step hot path of update().
-        self._push_text = self._simple.push if self._simple is not None else self._state.push_text  # type: ignore[union-attr]
-        # Released text, one piece per id or push that released any: DELTA joins the
-        # unsent tail, CUMULATIVE folds new pieces into one string. O(1) amortized per id.
-        self._pieces: list[str] = []
-        self._sent = 0
-        self._text = ""
+        # The verified table is cached per tokenizer object and the stop automaton per stop
+        # tuple, so setup per request is the prompt's decoder state.
+        self._state = DetokenizerState.from_tokenizer(
+            tokenizer,
+            prompt_ids=request.prompt_token_ids or (),
+            skip_special_tokens=params.skip_special_tokens,
+            spaces_between_special_tokens=params.spaces_between_special_tokens,
+            stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
+            stop_token_ids=(),
+            eos_token_ids=(),
+            include_stop_str_in_output=self._include_stop,
+            min_tokens=params.min_tokens,
+            request_id=request.request_id,
+            keep_log=False,  # the adapter keeps the released text itself
+        )
+        self.path: str = self._state.path
+        # The state's own list of the ids it took, shared (one list and one append per id
+        # instead of two): update() corrects it on the rare steps where the ids vLLM keeps
+        # are not the ids the state took (a stop token it does not feed, an id past the
+        # vocabulary).
+        self.token_ids: list[int] = self._state.token_ids
+        self._delta = getattr(params.output_kind, "name", None) == "DELTA" if delta is None else delta
+        self._unsent = ""  # DELTA: released since the last delta call
+        self._stop_terminated = False  # whether a step said stop_terminated
+        self._pieces: list[str] = []  # otherwise: every released piece
+        self._text = ""  # otherwise: the pieces folded so far
         self._folded = 0
+        self._delta_from = 0
         self._closed = False
 
     @property
@@ -195,66 +197,87 @@ class VllmDetokenizer:
            that completed it are dropped from ``output_token_ids``; the caller trims the
            step's own copy by comparing ``num_output_tokens()`` before and after.
         """
-        if not new_token_ids:
-            return None
-        if not stop_terminated and len(new_token_ids) == 1:
+        if len(new_token_ids) == 1 and not stop_terminated:
             # The common step: one id, no stop token. Same effect as the general path.
-            tid = new_token_ids[0]
+            # One id in, content out, no Delta built; push_text appends the id.
+            state = self._state
             try:
-                text = self._push_text(tid)
+                text = state.push_text(new_token_ids[0])
             except TokenIdError as exc:
                 _log_unknown_id(exc)
-                text = ""
+                self.token_ids.append(new_token_ids[0])
+                return None
             if text:
-                self._pieces.append(text)
-            self.token_ids.append(tid)
-            state = self._state
-            if state is not None and state.finish_reason == "stop" and isinstance(state.stop_reason, str):
-                return state.stop_reason
+                if self._delta:
+                    self._unsent += text
+                else:
+                    self._pieces.append(text)
+            if state.finish_reason is not None:  # only a stop string ends it here
+                return state.stop_reason  # type: ignore[return-value]
             return None
+        if not new_token_ids:
+            return None
+        self._stop_terminated = self._stop_terminated or stop_terminated
         fed = new_token_ids[:-1] if stop_terminated and not self._include_stop else new_token_ids
-        simple = self._simple
-        if simple is not None:
-            pieces = self._pieces
-            for token_id in fed:
-                try:
-                    text = simple.push(token_id)
-                except TokenIdError as exc:
-                    _log_unknown_id(exc)
-                    continue
-                if text:
-                    pieces.append(text)
-        elif fed:
+        kept = len(new_token_ids)
+        stop = None
+        before = len(self.token_ids)
+        if fed:
             delta = self._push(fed[0] if len(fed) == 1 else fed)
             if delta.text:
-                self._pieces.append(delta.text)
+                self._keep(delta.text)
             if delta.finish_reason == "stop" and isinstance(delta.stop_reason, str):
-                self.token_ids.extend(new_token_ids[: delta.consumed])
-                return delta.stop_reason
-        self.token_ids.extend(new_token_ids)
-        return None
+                kept, stop = delta.consumed, delta.stop_reason
+        # What vLLM keeps: every id of the step, or those up to the one completing a stop.
+        del self.token_ids[before:]
+        self.token_ids.extend(new_token_ids[:kept])
+        return stop
+
+    def _keep(self, text: str) -> None:
+        if self._delta:
+            self._unsent += text
+        else:
+            self._pieces.append(text)
 
     def get_next_output_text(self, finished: bool, delta: bool) -> str:
         """The new text since the last delta call (``delta``), or all text so far."""
         if finished and not self._closed:
             self._closed = True
-            tail = self._simple.flush() if self._simple is not None else self._state.finish().text  # type: ignore[union-attr]
-            if tail:
-                self._pieces.append(tail)
+            if not self._state.finished:  # a stop string closed it already otherwise
+                tail = self._state.finish().text
+                if tail:
+                    self._keep(tail)
+        if self._delta:
+            text = self._unsent
+            if not delta:
+                # A cumulative call on a DELTA request (vLLM makes none): what was sent is
+                # not kept, so replay the ids through a fresh adapter; the core gives the
+                # same text whatever the steps (a tested property).
+                return self._replay() + text
+            if text:
+                self._unsent = ""
+            return text
         pieces = self._pieces
-        if delta:
-            start = self._sent
-            if start == len(pieces):
-                return ""
-            self._sent = len(pieces)
-            return pieces[start] if start + 1 == len(pieces) else "".join(pieces[start:])
         if self._folded != len(pieces):
             self._text += "".join(pieces[self._folded :])
             self._folded = len(pieces)
-        return self._text
+        if not delta:
+            return self._text
+        # A delta call on a cumulative request (vLLM makes none): from where the last ended.
+        start = self._delta_from
+        self._delta_from = len(self._text)
+        return self._text[start:]
+
+    def _replay(self) -> str:
+        """All text the delta calls returned so far, rebuilt from the ids: O(N), for the
+        call vLLM never makes on a DELTA request."""
+        fresh = VllmDetokenizer(self._tokenizer, self._request, delta=False)
+        if self.token_ids:
+            fresh.update(list(self.token_ids), self._stop_terminated)
+        text = fresh.get_next_output_text(self._closed, delta=False)
+        return text[: len(text) - len(self._unsent)] if self._unsent else text
 
     def _push(self, ids: int | Sequence[int]) -> Delta:
-        assert self._state is not None
         try:
             return self._state.push(ids)
         except TokenIdError as exc:

@@ -321,20 +321,46 @@ def test_tags_any_chunking_same_channels_and_lossless_log(qwen3, data):
 
 
 @given(data=st.data())
-def test_push_text_equals_push(qwen3, data):
-    """push_text is push(...).text with the same finish, for any stream without tags."""
-    ids = qwen3.encode("".join(data.draw(st.lists(st.sampled_from(MULTILINGUAL), min_size=1, max_size=2))), add_special_tokens=False)[:30]
-    full = qwen3.decode(ids)
-    stop = data.draw(st.lists(st.sampled_from([full[3:6], full[-4:-1], "\n\nUser:", "🫨"]), max_size=2))
-    kw = dict(stop=[s for s in stop if s], eos_token_ids=(), max_tokens=data.draw(st.sampled_from([None, 10])))
-    a = DetokenizerState.from_tokenizer(qwen3, **kw)
-    b = DetokenizerState.from_tokenizer(qwen3, **kw)
+def test_push_text_equals_push_and_the_reference(real_tokenizer, data):
+    """push_text is push(...).text with the same finish, for any stream without tags, and
+    both follow the non-streaming reference. The stops exercise push_text's hot path and
+    every way out of it: substrings of the decode (first characters ASCII or not, so the
+    per-id flags and the search both run), stops holding U+FFFD (text a held tail renders),
+    and ids that split characters or make invalid UTF-8."""
+    tok = real_tokenizer
+    if data.draw(st.booleans()):
+        text = "".join(data.draw(st.lists(st.sampled_from(MULTILINGUAL), min_size=1, max_size=2)))
+        ids = tok.encode(text, add_special_tokens=False)[:30]
+    else:
+        ids = data.draw(st.lists(st.sampled_from(probe_ids(tok)[2:] + [[i] for i in range(3, 400)]), max_size=12))
+        ids = [i for chunk in ids for i in chunk]
+    full = expected(tok, [], ids)
+    def substring(lo: int, hi: int):
+        return st.tuples(st.integers(0, max(0, len(full) - 1)), st.integers(lo, hi)).map(
+            lambda ab: full[ab[0] : ab[0] + ab[1]]
+        )
+    stops = [x for x in data.draw(st.lists(st.one_of(substring(1, 5), st.sampled_from(["\n\nUser:", "\ufffd", "a\ufffd"])), max_size=3)) if x]
+    min_tokens = data.draw(st.integers(0, 3))
+    include = data.draw(st.booleans())
+    kw = dict(
+        stop=stops, eos_token_ids=(), max_tokens=data.draw(st.sampled_from([None, 10])),
+        min_tokens=min_tokens, include_stop_str_in_output=include,
+    )
+    a = DetokenizerState.from_tokenizer(tok, **kw)
+    b = DetokenizerState.from_tokenizer(tok, **kw)
+    got = []
     for i in ids:
         if a.finished:
             break
-        assert a.push(i).text == b.push_text(i)
+        got.append(b.push_text(i))
+        assert a.push(i).text == got[-1]
         assert (a.finish_reason, a.stop_reason, a.token_ids) == (b.finish_reason, b.stop_reason, b.token_ids)
     assert a.finished == b.finished
+    if kw["max_tokens"] is None:
+        if not b.finished:
+            got.append(b.finish().text)
+        want_text, want_stop, want_k = _reference_stop(tok, [], ids, stops, min_tokens, include)
+        assert ("".join(got), b.stop_reason, len(b.token_ids)) == (want_text, want_stop, want_k)
 
 
 def test_push_text_refuses_tags(qwen3):

@@ -347,3 +347,39 @@ def test_cleanup_reaching_back_into_the_prompt_follows_the_formula(cleaning_mist
     assert tok.decode(prompt) == "Hello " and tok.decode(prompt + out) == "Hello."
     got = "".join(stream(tok, prompt, [out]))
     assert got == expected(tok, prompt, out) == ""
+
+
+@given(data=st.data())
+def test_idle_decoder_quick_text_is_what_feed_one_returns(real_tokenizer, data):
+    """The hot loops' shortcut (``StreamDecoder.idle`` / ``quick``): while a decoder is
+    idle, ``quick[i]`` (when not None) is exactly ``feed_one(i)``, and feeding it changes
+    nothing: the decoder stays idle, holds nothing, and later output is unchanged."""
+    from detok_plugin._decoders import ByteLevelStream, SentencePieceStream
+
+    table, _ = build_table(real_tokenizer)
+    n = table.vocab_size
+    byte_ids = (
+        [i for i, p in enumerate(table.pieces) if p is not None and len(p) == 1]
+        if table.family == "byte_level"
+        else [i for i, b in enumerate(table.byte_values) if b >= 0]
+    )
+    any_id = st.one_of(st.integers(0, n - 1), st.sampled_from(sorted(table.special_ids)), st.sampled_from(byte_ids))
+    skip = data.draw(st.booleans())
+    cls = ByteLevelStream if table.family == "byte_level" else SentencePieceStream
+    shortcut, plain = cls(table, skip_special_tokens=skip), cls(table, skip_special_tokens=skip)
+    prompt = data.draw(st.lists(any_id, max_size=4))
+    shortcut.prime(prompt)
+    plain.prime(prompt)
+    quick_taken = 0
+    for i in data.draw(st.lists(any_id, max_size=24)):
+        if table.pieces[i] is None:
+            continue
+        want = plain.feed_one(i)
+        if shortcut.idle and shortcut.quick[i] is not None:
+            quick_taken += 1
+            assert shortcut.quick[i] == want
+            assert plain.idle and not plain.holds()
+        else:
+            assert shortcut.feed_one(i) == want
+        assert shortcut.idle == plain.idle
+    assert shortcut.flush() == plain.flush()

@@ -349,7 +349,7 @@ def test_plugin_is_in_the_path_only_when_on(name):
             assert type(op.request_states["r0"].detokenizer) is cls
 
 
-@pytest.mark.parametrize("stop", [None, ["@@@"]], ids=["IncrementalDetokenizer", "DetokenizerState"])
+@pytest.mark.parametrize("stop", [None, ["@@@"]], ids=["no-stops", "stops"])
 def test_adapter_reuses_the_tokenizers_cached_table(monkeypatch, stop):
     """Per-request setup never rebuilds the table: it is cached per tokenizer object."""
     from detok_plugin import _tables
@@ -366,9 +366,7 @@ def test_adapter_reuses_the_tokenizers_cached_table(monkeypatch, stop):
         op = OutputProcessor(tok, log_stats=False)
         for i in range(3):
             add(op, f"r{i}", Req(prompt, [out], {"stop": stop}), DELTA)
-        assert {op.request_states[f"r{i}"].detokenizer.path for i in range(3)} == {
-            "DetokenizerState" if stop else "IncrementalDetokenizer"
-        }
+        assert {op.request_states[f"r{i}"].detokenizer.path for i in range(3)} == {"byte_level"}
 
 
 def test_resumable_requests_stay_stock():
@@ -553,8 +551,9 @@ def test_stream_interval_batches_outputs():
     check(name, reqs, seqs)
 
 
-@pytest.mark.parametrize("stop", [["@@@"], None], ids=["DetokenizerState", "IncrementalDetokenizer"])
-def test_out_of_vocabulary_id_is_skipped_like_decode_and_logged(caplog, stop):
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("stop", [["@@@"], None], ids=["stops", "no-stops"])
+def test_out_of_vocabulary_id_is_skipped_like_decode_and_logged(caplog, stop, step):
     """A model's padded vocabulary can sample an id past the tokenizer: the decode skips
     it; the stream must not fail the server, and says what it skipped."""
     name = "qwen3"
@@ -563,9 +562,52 @@ def test_out_of_vocabulary_id_is_skipped_like_decode_and_logged(caplog, stop):
     bad = len(tok) + 7
     req = Req(prompt, [out[:5] + [bad] + out[5:]], {"stop": stop})
     with detokenizer(plugin=True), caplog.at_level(logging.WARNING, logger=shim.__name__):
-        seqs = replay(tok, [req], step=3)
+        seqs = replay(tok, [req], step=step)
     check(name, [req], seqs)
     assert f"token id {bad}" in caplog.text
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+@pytest.mark.parametrize("kind", [DELTA, CUMULATIVE], ids=["delta", "cumulative"])
+@pytest.mark.parametrize("ending", ["length", "stop-string", "stop-token"])
+@pytest.mark.parametrize("step", STEPS)
+def test_the_call_vllm_does_not_make_is_answered_exactly(name, kind, ending, step):
+    """vLLM asks a DELTA request for deltas and the others for the whole text, and the
+    adapter keeps text for that call only; the other call is answered exactly too. Three
+    adapters on one request: asked only for deltas, only for the whole text, and the two
+    calls in turn; after every step they agree with the deltas joined, and at the end with
+    the full decode."""
+    tok = vllm_tokenizer(name)
+    prompt, out = corpus(name)[1]
+    full = expected(tok, prompt, out, True)
+    params: dict[str, Any] = {}
+    if ending == "stop-string":
+        params["stop"] = [full[len(full) // 2 : len(full) // 2 + 2]]
+    req = Req(prompt, [out], params, stop_token=out[-1] if ending == "stop-token" else None)
+    request = make_request("r0", req, kind)
+    with detokenizer(plugin=True):
+        by_delta, whole, mixed = (vllm_detokenizer.IncrementalDetokenizer.from_new_request(tok, request) for _ in range(3))
+    assert type(by_delta) is shim.VllmDetokenizer
+    joined, mixed_joined, stopped = "", "", None
+    for k, pos in enumerate(range(0, len(out), step)):
+        chunk = out[pos : pos + step]
+        terminated = ending == "stop-token" and pos + step >= len(out)
+        stopped = by_delta.update(list(chunk), terminated)
+        assert whole.update(list(chunk), terminated) == stopped == mixed.update(list(chunk), terminated)
+        finished = stopped is not None or terminated or pos + step >= len(out)
+        joined += by_delta.get_next_output_text(finished, delta=True)
+        assert whole.get_next_output_text(finished, delta=False) == joined
+        if k % 3 == 2:
+            assert mixed.get_next_output_text(finished, delta=False) == joined
+        else:
+            mixed_joined += mixed.get_next_output_text(finished, delta=True)
+            assert mixed_joined == joined
+        if finished:
+            break
+    w = want(tok, req, out)
+    assert (w.stop_reason is not None) is (ending == "stop-string")
+    assert (joined, by_delta.output_token_ids, stopped) == (w.text, w.token_ids, w.stop_reason)
+    assert whole.output_token_ids == by_delta.output_token_ids == mixed.output_token_ids
 
 
 # --- where stock vLLM and the plugin differ: stock is the one that is wrong ----------
