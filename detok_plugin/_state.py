@@ -177,7 +177,6 @@ class DetokenizerState:
         "_done",
         "_fast_static",
         "_hot_static",
-        "_first_bytes",
     )
 
     # --- construction ------------------------------------------------------------------
@@ -337,9 +336,12 @@ class DetokenizerState:
             and max_tokens is None
         )
         self._first = content.find_first if content is not None else None
-        # Byte-level with ASCII first characters: a per-id flag replaces the search.
-        flags = table.first_flags(content.first_chars) if table is not None and content is not None else None
-        self._flags, self._first_bytes = flags if flags is not None else (None, None)
+        # Per-id flags stand in for the search on text an idle decoder gives (quick texts).
+        self._flags = (
+            table.first_flags(content.first_chars, skip_special_tokens)
+            if table is not None and content is not None
+            else None
+        )
         # Text the decoder holds can complete a stop only if, rendered as final, it can
         # contain a stop's characters: never when it is all U+FFFD and no stop has one.
         self._held_may_stop = self._has_stops[_CONTENT] and (
@@ -477,29 +479,21 @@ class DetokenizerState:
         tid = token_id
         if self._hot and type(tid) is int and 0 <= tid < self._size:
             # Content only, nothing skipped, stream live (see _hot_ready). An idle decoder's
-            # text for most ids is one index away (StreamDecoder.quick): no call.
+            # text for most ids is one index away (StreamDecoder.quick), and whether a stop
+            # can start in it one more (_flags); otherwise the decoder and a search.
             dec = self._dec
-            text = dec.quick[tid] if dec.idle else None
-            if text is None:
+            flags = self._flags  # None: no stop strings
+            if dec.idle and (text := dec.quick[tid]) is not None:
+                starts = flags is not None and text and flags[tid] != 1 and self._quick_has_first(tid)
+            else:
                 try:
                     text = dec.feed_one(tid)
                 except TypeError:  # a hole in the vocabulary: the checked path raises
                     return self.push(tid).text
+                starts = flags is not None and text and self._first(text) is not None  # type: ignore[misc]
             self._n_out += 1
             self.token_ids.append(tid)
-            flags = self._flags
-            if (
-                self._ac_state
-                or (
-                    text
-                    and (
-                        (flags[tid] != 1 and self._piece_has_first(tid))
-                        if flags is not None
-                        else (self._first is not None and self._first(text) is not None)
-                    )
-                )
-                or (self._held_may_stop and dec.holds())
-            ):
+            if starts or self._ac_state or (self._held_may_stop and not dec.idle and dec.holds()):
                 # A stop is partly matched, may start in this text, or may complete in
                 # what the decoder holds: the boundary scan decides.
                 return self._scan_text(text)
@@ -519,31 +513,37 @@ class DetokenizerState:
                 return self._push_one(tid, True)  # type: ignore[return-value]
         return self.push(tid).text
 
-    def _piece_has_first(self, tid: int) -> bool:
-        """Whether id ``tid``'s piece holds a first character of a stop (see
-        ``TokenTable.first_flags``), learnt once per id and table, then shared."""
+    def _quick_has_first(self, tid: int) -> bool:
+        """Whether id ``tid``'s quick text holds a first character of a stop (see
+        ``TokenTable.first_flags``): learnt once per id, then shared by every stream."""
         flags = self._flags
         if not flags[tid]:  # type: ignore[index]
-            flags[tid] = 2 if self._first_bytes(self._vocab[tid]) is not None else 1  # type: ignore[index,misc]
+            flags[tid] = 2 if self._first(self._dec.quick[tid]) is not None else 1  # type: ignore[index,misc]
         return flags[tid] == 2  # type: ignore[index]
 
     def _scan_text(self, text: str) -> str:
         """push_text's boundary step when a stop may be involved (content is the only
-        channel). The common outcome, no stop completes and none can complete in what the
-        decoder holds, is ``_take``'s no-match branch without building an ``_Out``; any
-        other goes through ``_settle``, which scans again from the same state."""
+        channel). The common outcome, no stop completes in the text nor in what the decoder
+        holds rendered as final (the provisional check of ``_take_settled``), is ``_take``'s
+        no-match branch without building an ``_Out``; any other goes through ``_settle``,
+        which scans again from the same state and decides."""
         ac = self._ac
         state, hit = ac.scan(self._ac_state, text)
-        if hit is None and not (self._held_may_stop and self._dec.holds()):
-            self._ac_state = state
-            buf = self._pending + text
-            cut = len(buf) - ac.hold[state]
-            self._pending = buf[cut:]
-            text = buf[:cut]
-            if text and self._keep_log:
-                self._log_text.append(text)
-                self._log_kind.append(_CONTENT)
-            return text
+        if hit is None:
+            dec = self._dec
+            if (
+                not (self._held_may_stop and not dec.idle and dec.holds())
+                or ac.scan(state, dec.peek_final())[1] is None
+            ):
+                self._ac_state = state
+                buf = self._pending + text
+                cut = len(buf) - ac.hold[state]
+                self._pending = buf[cut:]
+                text = buf[:cut]
+                if text and self._keep_log:
+                    self._log_text.append(text)
+                    self._log_kind.append(_CONTENT)
+                return text
         out = _Out()
         self._settle(text, out)
         return "".join(out.text)

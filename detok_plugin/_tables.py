@@ -21,7 +21,6 @@ from __future__ import annotations
 import codecs
 import json
 import random
-import re
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -60,8 +59,8 @@ class TokenTable:
     splits: tuple[tuple[str, bytes] | None, ...] = field(default=(), repr=False, compare=False)
     #: Whether some id below ``vocab_size`` has no piece (derived; checked once here).
     has_holes: bool = field(default=False, init=False, repr=False, compare=False)
-    #: byte_level: per set of ASCII characters, which pieces hold one (see first_flags).
-    _flags: dict[str, tuple[bytearray, Callable[..., Any]]] = field(
+    #: Per set of first characters and skip flag, which quick texts hold one (first_flags).
+    _flags: dict[tuple[str, bool], bytearray] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     _quick: dict[bool, tuple[str | None, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -96,24 +95,18 @@ class TokenTable:
             got = self._quick.setdefault(skip_special_tokens, tuple(base))
         return got
 
-    def first_flags(self, chars: str) -> tuple[bytearray, Callable[..., Any]] | None:
-        """Per id, whether its piece holds one of ``chars``: 0 not known yet, 1 no, 2 yes;
-        with the bytes search that learns an unknown id. Shared by every stream on this
-        table whose stop strings start with these characters; None unless ``byte_level``
-        and every character is ASCII.
-
-        Why it is exact: in a byte-level stream, an ASCII character in the text one id
-        settles comes from that id's own bytes (held bytes are never ASCII), so a flag of 1
-        means no stop can start in the text, checked by one index instead of a search.
-        """
-        if self.family != "byte_level" or not chars or not chars.isascii():
-            return None
-        got = self._flags.get(chars)
+    def first_flags(self, chars: str, skip_special_tokens: bool) -> bytearray:
+        """Per id, whether ``quick_texts(skip_special_tokens)[id]`` holds one of ``chars``
+        (the first characters of some stop strings): 0 not known yet, 1 no, 2 yes. A
+        stream learns an id the first time it sees it (``DetokenizerState``); the flags are
+        shared by every stream on this table with the same first characters, so a stop check
+        on the common path is one index instead of a search."""
+        key = (chars, skip_special_tokens)
+        got = self._flags.get(key)
         if got is None:
             if len(self._flags) >= _MAX_FLAG_SETS:  # unbounded stop sets: start again
                 self._flags.clear()
-            search = re.compile(b"[" + re.escape(chars.encode("ascii")) + b"]").search
-            got = self._flags.setdefault(chars, (bytearray(len(self.pieces)), search))
+            got = self._flags.setdefault(key, bytearray(len(self.pieces)))
         return got
 
 
