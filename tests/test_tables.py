@@ -85,3 +85,35 @@ def test_a_hole_in_the_vocabulary_is_a_typed_error_in_prompt_and_output():
     with pytest.raises(TokenIdError):
         d.push(1)
     assert d.push(2) == "c"
+
+
+def test_quick_texts_per_family_and_skip_flag():
+    """quick_texts: what an id gives arriving with nothing held; None where that depends
+    on what is held; skipped specials are empty. Built once per table and flag."""
+    from detok_plugin._tables import TokenTable
+
+    bl = TokenTable("byte_level", (b"Hi", b"\xe4\xbd", b"<s>", None), frozenset({2}))
+    assert bl.quick_texts(False) == ("Hi", None, "<s>", None)
+    assert bl.quick_texts(True) == ("Hi", None, "", None)
+    assert bl.quick_texts(True) is bl.quick_texts(True)
+    sp = TokenTable("sentencepiece", ("a", "<0x0A>", "</s>"), frozenset({2}), byte_values=(-1, 10, -1))
+    assert sp.quick_texts(False) == ("a", None, "</s>")
+    assert sp.quick_texts(True) == ("a", None, "")
+
+
+def test_first_flags_are_shared_per_first_characters_and_bounded(qwen3):
+    """One flag array per (first characters, skip flag), shared by every stream on the
+    table; streams learn ids into it; a table keeps at most 64 such arrays."""
+    from detok_plugin._tables import _MAX_FLAG_SETS
+
+    table, _ = build_table(qwen3)
+    a = DetokenizerState.from_tokenizer(qwen3, stop=["\n\nUser:", "Observation:"], eos_token_ids=())
+    b = DetokenizerState.from_tokenizer(qwen3, stop=["Observe", "\nx"], eos_token_ids=())
+    flags = table.first_flags("\nO", False)
+    assert a._flags is flags and b._flags is flags
+    hello, newline = qwen3.encode(" hello", add_special_tokens=False)[0], qwen3.encode("\n", add_special_tokens=False)[0]
+    assert a.push_text(hello) == " hello" and a.push_text(newline) == ""  # "\n" may start a stop
+    assert (flags[hello], flags[newline]) == (1, 2)
+    for k in range(_MAX_FLAG_SETS + 1):
+        table.first_flags(chr(0x4E00 + k), False)
+    assert len(table._flags) <= _MAX_FLAG_SETS
