@@ -57,24 +57,29 @@ def workload(tok, concurrency: int, steps: int, prompt_len: int) -> list[tuple[l
     return work
 
 
+def requests(work, *, stops: bool) -> list[EngineCoreRequest]:
+    """One DELTA request per (prompt, output) of ``work``, as the OpenAI server streams."""
+    steps = len(work[0][1])
+    return [
+        EngineCoreRequest(
+            request_id=f"r{r}", external_req_id=f"r{r}", prompt_token_ids=list(prompt), mm_features=None,
+            sampling_params=SamplingParams(
+                max_tokens=steps, output_kind=RequestOutputKind.DELTA, stop=STOPS if stops else None
+            ),
+            pooling_params=None, arrival_time=0.0, lora_request=None, cache_salt=None, data_parallel_rank=None,
+        )
+        for r, (prompt, _) in enumerate(work)
+    ]
+
+
 def build(tok, work, *, stops: bool, plugin: bool | None) -> tuple[OutputProcessor, list[list[EngineCoreOutput]]]:
     """One processor with every request added, and its own copy of the replayed steps
     (``process_outputs`` may trim a step's ids in place, so no two processors share one)."""
     steps = len(work[0][1])
     with _switched(plugin):
         op = OutputProcessor(tok, log_stats=False)
-        for r, (prompt, _) in enumerate(work):
-            params = SamplingParams(
-                max_tokens=steps, output_kind=RequestOutputKind.DELTA, stop=STOPS if stops else None
-            )
-            op.add_request(
-                EngineCoreRequest(
-                    request_id=f"r{r}", external_req_id=f"r{r}", prompt_token_ids=list(prompt),
-                    mm_features=None, sampling_params=params, pooling_params=None, arrival_time=0.0,
-                    lora_request=None, cache_salt=None, data_parallel_rank=None,
-                ),
-                None,
-            )
+        for request in requests(work, stops=stops):
+            op.add_request(request, None)
     batches = [
         [
             EngineCoreOutput(
@@ -131,21 +136,7 @@ def isolated_replay(tok, work, *, stops: bool) -> dict[bool | None, float]:
     dets = {}
     for mode in MODES:
         with _switched(mode):
-            dets[mode] = [
-                IncrementalDetokenizer.from_new_request(
-                    tok,
-                    EngineCoreRequest(
-                        request_id=f"r{r}", external_req_id=f"r{r}", prompt_token_ids=list(prompt),
-                        mm_features=None,
-                        sampling_params=SamplingParams(
-                            max_tokens=steps, output_kind=RequestOutputKind.DELTA, stop=STOPS if stops else None
-                        ),
-                        pooling_params=None, arrival_time=0.0, lora_request=None, cache_salt=None,
-                        data_parallel_rank=None,
-                    ),
-                )
-                for r, (prompt, _) in enumerate(work)
-            ]
+            dets[mode] = [IncrementalDetokenizer.from_new_request(tok, req) for req in requests(work, stops=stops)]
     columns = [[[out[k]] for _, out in work] for k in range(steps)]
     gc.collect()
     gc.freeze()

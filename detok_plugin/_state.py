@@ -175,7 +175,6 @@ class DetokenizerState:
         "_tool_index",
         "_tool_body",
         "_done",
-        "_fast_static",
         "_hot_static",
     )
 
@@ -317,29 +316,16 @@ class DetokenizerState:
         self._pending = ""
         self._tool_index = -1
         self._tool_body: list[str] = []
-        self._fast_static = (
-            self._vocab is not None
-            and not self._stop_ids
-            and max_tokens is None
-            and all(m is None for m in self._matchers)
-            and not self._id_tags
-        )
-        self._fast = self._fast_ready()
-        # push_text's hot path: as _fast, but stop strings may be live (no tags, stop ids,
-        # or max_tokens). A token whose text has no first character of a stop, with nothing
-        # partly matched, leaves at once; _first finds such a character (None: no stops).
+        # The hot paths (see _refresh_hot): a table, no tags, stop ids or max_tokens. Stop
+        # strings may be live: a token whose text has no first character of a stop, with
+        # nothing partly matched, leaves at once; _first finds such a character (None: no
+        # stops), and per-id flags stand in for it on text an idle decoder gives.
         content = self._matchers[_CONTENT]
-        self._hot_static = (
-            self._vocab is not None
-            and tags is None
-            and not self._stop_ids
-            and max_tokens is None
-        )
+        self._hot_static = self._vocab is not None and tags is None and not self._stop_ids and max_tokens is None
         self._first = content.find_first if content is not None else None
-        # Per-id flags stand in for the search on text an idle decoder gives (quick texts).
         self._flags = (
             table.first_flags(content.first_chars, skip_special_tokens)
-            if table is not None and content is not None
+            if self._hot_static and table is not None and content is not None
             else None
         )
         # Text the decoder holds can complete a stop only if, rendered as final, it can
@@ -347,7 +333,7 @@ class DetokenizerState:
         self._held_may_stop = self._has_stops[_CONTENT] and (
             not dec.held_is_replacement or any("\ufffd" in s for s in stops)
         )
-        self._hot = self._hot_ready()
+        self._refresh_hot()
         return self
 
     # --- the verbs ---------------------------------------------------------------------
@@ -403,8 +389,7 @@ class DetokenizerState:
                 break
         if self.finish_reason is not None:
             self._close(out)
-        self._fast = self._fast_ready()
-        self._hot = self._hot_ready()
+        self._refresh_hot()
         if len(checked) == 1 and not out.text and not out.reasoning and not out.tools and self.finish_reason is None:
             return _ONE_EMPTY
         return self._delta(out, consumed)
@@ -478,7 +463,7 @@ class DetokenizerState:
         """
         tid = token_id
         if self._hot and type(tid) is int and 0 <= tid < self._size:
-            # Content only, nothing skipped, stream live (see _hot_ready). An idle decoder's
+            # Content only, nothing skipped, stream live (see _refresh_hot). An idle decoder's
             # text for most ids is one index away (StreamDecoder.quick), and whether a stop
             # can start in it one more (_flags); otherwise the decoder and a search.
             dec = self._dec
@@ -535,14 +520,9 @@ class DetokenizerState:
                 not (self._held_may_stop and not dec.idle and dec.holds())
                 or ac.scan(state, dec.peek_final())[1] is None
             ):
-                self._ac_state = state
-                buf = self._pending + text
-                cut = len(buf) - ac.hold[state]
-                self._pending = buf[cut:]
-                text = buf[:cut]
-                if text and self._keep_log:
-                    self._log_text.append(text)
-                    self._log_kind.append(_CONTENT)
+                text = self._advance(state, text)
+                if text:
+                    self._log(_CONTENT, text)
                 return text
         out = _Out()
         self._settle(text, out)
@@ -583,8 +563,7 @@ class DetokenizerState:
             self.finish_reason = "length"
         if self.finish_reason is not None:
             self._close(out)
-        self._fast = self._fast_ready()
-        self._hot = self._hot_ready()
+        self._refresh_hot()
 
     def _step(self, tid: int, out: _Out) -> None:
         """One checked id: count it; a stop token ends the stream (its text only with
@@ -641,14 +620,12 @@ class DetokenizerState:
 
     # --- internals: the boundary --------------------------------------------------------
 
-    def _fast_ready(self) -> bool:
-        """Whether a plain push may go straight to the decoder (no stops, tags, skips)."""
-        return self._fast_static and not self._skip_chars and not self._done
-
-    def _hot_ready(self) -> bool:
-        """Whether push_text may take its hot path: as _fast_ready, but stop strings may be
-        live (content is the only channel: no tags)."""
-        return self._hot_static and not self._skip_chars and not self._done
+    def _refresh_hot(self) -> None:
+        """Which hot paths are open: push_text's (``_hot``: no tags, stop ids or max_tokens,
+        nothing skipped, stream live; stop strings may be) and push's (``_fast``: the same,
+        and no stop strings either)."""
+        self._hot = self._hot_static and not self._skip_chars and not self._done
+        self._fast = self._hot and self._first is None
 
     def _check_range(self, tid: int, position: int) -> None:
         vocab = self._vocab
@@ -703,24 +680,17 @@ class DetokenizerState:
                 return
             state, hit = ac.scan(self._ac_state, text)
             if hit is None:
-                self._ac_state = state
-                buf = self._pending + text
-                hold = ac.hold[state]
-                self._emit(buf[: len(buf) - hold], out)
-                self._pending = buf[len(buf) - hold :]
+                self._emit(self._advance(state, text), out)
                 return
             index, end = hit
             kind, pattern = self._kinds[self._mode][index]
-            buf = self._pending + text[:end]
             rest = text[end:]
             if kind == "stop" and self._n_out <= self._min_tokens:
                 # Too early to stop: keep scanning from here as if nothing matched.
-                self._ac_state = state
-                hold = ac.hold[state]
-                self._emit(buf[: len(buf) - hold], out)
-                self._pending = buf[len(buf) - hold :]
+                self._emit(self._advance(state, text[:end]), out)
                 text = rest
                 continue
+            buf = self._pending + text[:end]
             self._pending = ""
             self._ac_state = 0
             if kind == "stop":
@@ -738,6 +708,15 @@ class DetokenizerState:
             self._emit(buf[: len(buf) - len(pattern)], out)
             self._switch(kind, pattern, out)
             text = rest
+
+    def _advance(self, state: int, text: str) -> str:
+        """The automaton is at ``state`` after ``text`` with no match: hold the longest
+        unemitted suffix that may still become a pattern; return what leaves."""
+        self._ac_state = state
+        buf = self._pending + text
+        cut = len(buf) - self._ac.hold[state]
+        self._pending = buf[cut:]
+        return buf[:cut]
 
     def _switch(self, kind: str, pattern: str, out: _Out) -> None:
         if kind == "r_open":

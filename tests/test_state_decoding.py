@@ -23,6 +23,22 @@ def _chunk(ids: list[int], cuts: list[int]) -> list[list[int]]:
     return [ids[a:b] for a, b in zip(points, points[1:])]
 
 
+def _byte_ids(table) -> list[int]:
+    """The ids of single-byte pieces (byte-level) or ``<0xNN>`` pieces (SentencePiece)."""
+    if table.family == "byte_level":
+        return [i for i, p in enumerate(table.pieces) if p is not None and len(p) == 1]
+    return [i for i, b in enumerate(table.byte_values) if b >= 0]
+
+
+def _any_id(table) -> st.SearchStrategy[int]:
+    """Any id of the vocabulary, with specials and byte pieces drawn often."""
+    return st.one_of(
+        st.integers(0, table.vocab_size - 1),
+        st.sampled_from(sorted(table.special_ids)),
+        st.sampled_from(_byte_ids(table)),
+    )
+
+
 def test_family_detected(real_tokenizer):
     s = DetokenizerState.from_tokenizer(real_tokenizer)
     want = "sentencepiece" if "Llama" in type(real_tokenizer).__name__ else "byte_level"
@@ -48,14 +64,7 @@ def test_random_ids_whole_vocabulary(real_tokenizer, data):
     """Random ids, specials and byte tokens included: the harshest stream there is."""
     tok = real_tokenizer
     table, _ = build_table(tok)
-    n = table.vocab_size
-    special = sorted(table.special_ids)
-    byte_ids = (
-        [i for i, p in enumerate(table.pieces) if p is not None and len(p) == 1]
-        if table.family == "byte_level"
-        else [i for i, b in enumerate(table.byte_values) if b >= 0]
-    )
-    any_id = st.one_of(st.integers(0, n - 1), st.sampled_from(special), st.sampled_from(byte_ids))
+    any_id = _any_id(table)
     prompt = data.draw(st.lists(any_id, max_size=6))
     out = data.draw(st.lists(any_id, max_size=16))
     chunks = _chunk(out, data.draw(st.lists(st.integers(0, 40), max_size=6)))
@@ -70,11 +79,7 @@ def test_prompt_every_character_leaves_at_its_token(real_tokenizer, data):
     tok = real_tokenizer
     probes = probe_ids(tok)
     table, _ = build_table(tok)
-    byte_ids = (
-        [i for i, p in enumerate(table.pieces) if p is not None and len(p) == 1]
-        if table.family == "byte_level"
-        else [i for i, b in enumerate(table.byte_values) if b >= 0]
-    )
+    byte_ids = _byte_ids(table)
     if data.draw(st.booleans()):
         ids = tok.encode(data.draw(st.sampled_from(MULTILINGUAL)), add_special_tokens=False)[:20]
         cut = data.draw(st.integers(0, len(ids)))
@@ -357,26 +362,18 @@ def test_idle_decoder_quick_text_is_what_feed_one_returns(real_tokenizer, data):
     from detok_plugin._decoders import ByteLevelStream, SentencePieceStream
 
     table, _ = build_table(real_tokenizer)
-    n = table.vocab_size
-    byte_ids = (
-        [i for i, p in enumerate(table.pieces) if p is not None and len(p) == 1]
-        if table.family == "byte_level"
-        else [i for i, b in enumerate(table.byte_values) if b >= 0]
-    )
-    any_id = st.one_of(st.integers(0, n - 1), st.sampled_from(sorted(table.special_ids)), st.sampled_from(byte_ids))
+    any_id = _any_id(table)
     skip = data.draw(st.booleans())
     cls = ByteLevelStream if table.family == "byte_level" else SentencePieceStream
     shortcut, plain = cls(table, skip_special_tokens=skip), cls(table, skip_special_tokens=skip)
     prompt = data.draw(st.lists(any_id, max_size=4))
     shortcut.prime(prompt)
     plain.prime(prompt)
-    quick_taken = 0
     for i in data.draw(st.lists(any_id, max_size=24)):
         if table.pieces[i] is None:
             continue
         want = plain.feed_one(i)
         if shortcut.idle and shortcut.quick[i] is not None:
-            quick_taken += 1
             assert shortcut.quick[i] == want
             assert plain.idle and not plain.holds()
         else:
