@@ -134,22 +134,23 @@ class DetokenizerState:
     string or stop token id; None for EOS) are attributes to read, not to set.
     """
 
-    # Slot order is memory order: what push and push_text read for every token comes
-    # first, so that one token touches two cache lines of the state, not six.
+    # Slot order is memory order: what the ready path of push and push_text reads comes
+    # first (five slots), then the rest of the hot path, so that a common token touches one
+    # or two cache lines of the state, not six.
     __slots__ = (
-        "_hot",
-        "_fast",
+        "_ready",
         "_size",
-        "_dec",
-        "_n_out",
         "token_ids",
-        "_ac_state",
-        "_flags",
-        "_first",
-        "_held_may_stop",
+        "_n_out",
         "_keep_log",
         "finish_reason",
         "stop_reason",
+        "_hot",
+        "_dec",
+        "_ac_state",
+        "_ready_texts",
+        "_first",
+        "_held_may_stop",
         "_log_text",
         "_log_kind",
         "path",
@@ -318,14 +319,14 @@ class DetokenizerState:
         self._tool_body: list[str] = []
         # The hot paths (see _refresh_hot): a table, no tags, stop ids or max_tokens. Stop
         # strings may be live: a token whose text has no first character of a stop, with
-        # nothing partly matched, leaves at once; _first finds such a character (None: no
-        # stops), and per-id flags stand in for it on text an idle decoder gives.
+        # nothing held or partly matched, leaves at once. _first finds such a character
+        # (None: no stops); the table's ready texts (shared, learnt per id) stand in for it.
         content = self._matchers[_CONTENT]
         self._hot_static = self._vocab is not None and tags is None and not self._stop_ids and max_tokens is None
         self._first = content.find_first if content is not None else None
-        self._flags = (
-            table.first_flags(content.first_chars, skip_special_tokens)
-            if self._hot_static and table is not None and content is not None
+        self._ready_texts = (
+            table.ready_texts(content.first_chars if content is not None else "", skip_special_tokens)
+            if self._hot_static and table is not None
             else None
         )
         # Text the decoder holds can complete a stop only if, rendered as final, it can
@@ -340,24 +341,17 @@ class DetokenizerState:
 
     def push(self, ids: int | Sequence[int]) -> Delta:
         """Add one id or several (a speculative step); return what is now settled."""
-        if self._fast and type(ids) is int and 0 <= ids < self._size:
-            # The hot path: no stops, tags or skips are live, one valid int id.
-            dec = self._dec
-            try:
-                text = dec.quick[ids] if dec.idle else None
-                if text is None:
-                    text = dec.feed_one(ids)
-            except TypeError:  # a hole in the vocabulary: the checked path raises
-                pass
-            else:
-                self._n_out += 1
-                self.token_ids.append(ids)
-                if text:
-                    if self._keep_log:
-                        self._log_text.append(text)
-                        self._log_kind.append(_CONTENT)
-                    return _text_delta(text)
-                return _ONE_EMPTY
+        ready = self._ready
+        if ready is not None and type(ids) is int and 0 <= ids < self._size and (text := ready[ids]) is not None:
+            # The ready path (see _refresh_hot): this id's text leaves as it is.
+            self._n_out += 1
+            self.token_ids.append(ids)
+            if text:
+                if self._keep_log:
+                    self._log_text.append(text)
+                    self._log_kind.append(_CONTENT)
+                return _text_delta(text)
+            return _ONE_EMPTY
         if self._done:
             raise StreamFinishedError(self._n_out, self.request_id, self.finish_reason or "finish() was called")
         if (
@@ -406,7 +400,8 @@ class DetokenizerState:
         out = _Out()
         self._close(out)
         self._dec = None  # type: ignore[assignment]
-        self._fast = self._hot = False
+        self._hot = False
+        self._ready = None
         return self._delta(out, 0)
 
     @property
@@ -462,29 +457,40 @@ class DetokenizerState:
         Refused on a stream with tags, whose reasoning and tool-call channels it would drop.
         """
         tid = token_id
+        ready = self._ready
+        if ready is not None and type(tid) is int and 0 <= tid < self._size and (text := ready[tid]) is not None:
+            # The ready path (see _refresh_hot): nothing held, nothing partly matched, and
+            # this id's text holds no first character of a stop. One index, then it leaves.
+            self._n_out += 1
+            self.token_ids.append(tid)
+            if text and self._keep_log:
+                self._log_text.append(text)
+                self._log_kind.append(_CONTENT)
+            return text
         if self._hot and type(tid) is int and 0 <= tid < self._size:
-            # Content only, nothing skipped, stream live (see _refresh_hot). An idle decoder's
-            # text for most ids is one index away (StreamDecoder.quick), and whether a stop
-            # can start in it one more (_flags); otherwise the decoder and a search.
+            # Content only, nothing skipped, stream live, but this id is not ready: the
+            # decoder holds bytes, a stop is partly matched, or the text is new to the ready
+            # table or may start a stop. An idle decoder's text is still one index away.
             dec = self._dec
-            flags = self._flags  # None: no stop strings
+            first = self._first  # None: no stop strings
             if dec.idle and (text := dec.quick[tid]) is not None:
-                starts = flags is not None and text and flags[tid] != 1 and self._quick_has_first(tid)
+                starts = first is not None and text and self._learn(tid, text)
             else:
                 try:
                     text = dec.feed_one(tid)
                 except TypeError:  # a hole in the vocabulary: the checked path raises
                     return self.push(tid).text
-                starts = flags is not None and text and self._first(text) is not None  # type: ignore[misc]
+                starts = first is not None and text and first(text) is not None
             self._n_out += 1
             self.token_ids.append(tid)
             if starts or self._ac_state or (self._held_may_stop and not dec.idle and dec.holds()):
                 # A stop is partly matched, may start in this text, or may complete in
                 # what the decoder holds: the boundary scan decides.
-                return self._scan_text(text)
-            if text and self._keep_log:
+                text = self._scan_text(text)
+            elif text and self._keep_log:
                 self._log_text.append(text)
                 self._log_kind.append(_CONTENT)
+            self._refresh_hot()
             return text
         if self._tags is not None:
             raise ValueError("push_text() returns content only; a stream with tags needs push()")
@@ -498,13 +504,14 @@ class DetokenizerState:
                 return self._push_one(tid, True)  # type: ignore[return-value]
         return self.push(tid).text
 
-    def _quick_has_first(self, tid: int) -> bool:
-        """Whether id ``tid``'s quick text holds a first character of a stop (see
-        ``TokenTable.first_flags``): learnt once per id, then shared by every stream."""
-        flags = self._flags
-        if not flags[tid]:  # type: ignore[index]
-            flags[tid] = 2 if self._first(self._dec.quick[tid]) is not None else 1  # type: ignore[index,misc]
-        return flags[tid] == 2  # type: ignore[index]
+    def _learn(self, tid: int, text: str) -> bool:
+        """Whether id ``tid``'s quick text ``text`` holds a first character of a stop; if
+        not, write it into the shared ready table, so that the id is ready from now on for
+        every stream with the same first characters (``TokenTable.ready_texts``)."""
+        if self._first(text) is not None:  # type: ignore[misc]
+            return True
+        self._ready_texts[tid] = text  # type: ignore[index]
+        return False
 
     def _scan_text(self, text: str) -> str:
         """push_text's boundary step when a stop may be involved (content is the only
@@ -546,6 +553,7 @@ class DetokenizerState:
             if self._keep_log:
                 self._log_text.append(text)
                 self._log_kind.append(_CONTENT)
+            self._refresh_hot()
             return text if as_text else _text_delta(text)
         out = _Out()
         self._settle(text, out)
@@ -621,11 +629,18 @@ class DetokenizerState:
     # --- internals: the boundary --------------------------------------------------------
 
     def _refresh_hot(self) -> None:
-        """Which hot paths are open: push_text's (``_hot``: no tags, stop ids or max_tokens,
-        nothing skipped, stream live; stop strings may be) and push's (``_fast``: the same,
-        and no stop strings either)."""
-        self._hot = self._hot_static and not self._skip_chars and not self._done
-        self._fast = self._hot and self._first is None
+        """Which hot paths are open, after anything but the ready path changed the stream.
+
+        ``_hot`` (push_text's own path): a table, no tags, stop ids or max_tokens, nothing
+        skipped, stream live; stop strings may be live. ``_ready`` (push's and push_text's
+        ready path): the ready table while ``_hot`` holds, the decoder is idle (nothing
+        held: its next text does not depend on the past) and no stop is partly matched;
+        otherwise None. An id's ready text then is exactly what the checked path would emit,
+        and the ready path changes nothing else, so ``_ready`` stays right until a token
+        takes another path (each of which ends here).
+        """
+        self._hot = hot = self._hot_static and not self._skip_chars and not self._done
+        self._ready = self._ready_texts if hot and self._dec.idle and not self._ac_state else None
 
     def _check_range(self, tid: int, position: int) -> None:
         vocab = self._vocab

@@ -31,7 +31,7 @@ __all__ = ["Family", "TokenTable", "build_table", "decode_with_table", "eos_toke
 
 Family = Literal["byte_level", "sentencepiece", "generic"]
 
-_MAX_FLAG_SETS = 64  # distinct first-character sets kept per table (151 KB each for Qwen3)
+_MAX_READY_SETS = 16  # distinct first-character sets kept per table (1.2 MB each for Qwen3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +59,9 @@ class TokenTable:
     splits: tuple[tuple[str, bytes] | None, ...] = field(default=(), repr=False, compare=False)
     #: Whether some id below ``vocab_size`` has no piece (derived; checked once here).
     has_holes: bool = field(default=False, init=False, repr=False, compare=False)
-    #: Per set of first characters and skip flag, which quick texts hold one (first_flags).
-    _flags: dict[tuple[str, bool], bytearray] = field(
+    #: Per set of first characters and skip flag, the quick texts known to hold none of
+    #: them (ready_texts).
+    _ready: dict[tuple[str, bool], list[str | None]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     _quick: dict[bool, tuple[str | None, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -95,18 +96,27 @@ class TokenTable:
             got = self._quick.setdefault(skip_special_tokens, tuple(base))
         return got
 
-    def first_flags(self, chars: str, skip_special_tokens: bool) -> bytearray:
-        """Per id, whether ``quick_texts(skip_special_tokens)[id]`` holds one of ``chars``
-        (the first characters of some stop strings): 0 not known yet, 1 no, 2 yes. A
-        stream learns an id the first time it sees it (``DetokenizerState``); the flags are
-        shared by every stream on this table with the same first characters, so a stop check
-        on the common path is one index instead of a search."""
+    def ready_texts(self, chars: str, skip_special_tokens: bool) -> Sequence[str | None]:
+        """Per id, the text that leaves at once when it arrives at a stream with nothing held
+        and nothing partly matched, whose stop strings start with one of ``chars``; None
+        where the stream must look closer (no quick text, a text holding one of ``chars``,
+        or one not learnt yet).
+
+        Without ``chars`` (no stop strings) that is ``quick_texts`` itself. With them, a
+        list that starts empty and that streams fill in (``DetokenizerState`` writes an id's
+        quick text the first time it sees that it holds none of ``chars``), shared by every
+        stream on this table with the same first characters: a stream's common token is then
+        one index, with no search and no per-id flag to read beside it. At most
+        ``_MAX_READY_SETS`` lists per table; past that they start again.
+        """
+        if not chars:
+            return self.quick_texts(skip_special_tokens)
         key = (chars, skip_special_tokens)
-        got = self._flags.get(key)
+        got = self._ready.get(key)
         if got is None:
-            if len(self._flags) >= _MAX_FLAG_SETS:  # unbounded stop sets: start again
-                self._flags.clear()
-            got = self._flags.setdefault(key, bytearray(len(self.pieces)))
+            if len(self._ready) >= _MAX_READY_SETS:  # unbounded stop sets: start again
+                self._ready.clear()
+            got = self._ready.setdefault(key, [None] * len(self.pieces))
         return got
 
 

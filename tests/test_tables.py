@@ -101,19 +101,24 @@ def test_quick_texts_per_family_and_skip_flag():
     assert sp.quick_texts(True) == ("a", None, "")
 
 
-def test_first_flags_are_shared_per_first_characters_and_bounded(qwen3):
-    """One flag array per (first characters, skip flag), shared by every stream on the
-    table; streams learn ids into it; a table keeps at most 64 such arrays."""
-    from detok_plugin._tables import _MAX_FLAG_SETS
+def test_ready_texts_are_shared_per_first_characters_learnt_and_bounded(qwen3):
+    """One ready table per (first characters, skip flag), shared by every stream on the
+    table; a stream writes an id's text into it once it has seen that the text holds no
+    first character of a stop, never one that does; without stops it is the quick texts;
+    a table keeps at most _MAX_READY_SETS of them."""
+    from detok_plugin._tables import _MAX_READY_SETS
 
     table, _ = build_table(qwen3)
     a = DetokenizerState.from_tokenizer(qwen3, stop=["\n\nUser:", "Observation:"], eos_token_ids=())
     b = DetokenizerState.from_tokenizer(qwen3, stop=["Observe", "\nx"], eos_token_ids=())
-    flags = table.first_flags("\nO", False)
-    assert a._flags is flags and b._flags is flags
+    ready = table.ready_texts("\nO", False)
+    assert a._ready_texts is ready and b._ready_texts is ready
     hello, newline = qwen3.encode(" hello", add_special_tokens=False)[0], qwen3.encode("\n", add_special_tokens=False)[0]
+    assert (ready[hello], ready[newline]) == (None, None)
     assert a.push_text(hello) == " hello" and a.push_text(newline) == ""  # "\n" may start a stop
-    assert (flags[hello], flags[newline]) == (1, 2)
-    for k in range(_MAX_FLAG_SETS + 1):
-        table.first_flags(chr(0x4E00 + k), False)
-    assert len(table._flags) <= _MAX_FLAG_SETS
+    assert (ready[hello], ready[newline]) == (" hello", None)
+    assert b._ready is ready and b.push_text(hello) == " hello"  # b takes a's lesson
+    assert table.ready_texts("", True) is table.quick_texts(True)
+    for k in range(_MAX_READY_SETS + 1):
+        table.ready_texts(chr(0x4E00 + k), False)
+    assert len(table._ready) <= _MAX_READY_SETS
