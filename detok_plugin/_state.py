@@ -490,7 +490,8 @@ class DetokenizerState:
             elif text and self._keep_log:
                 self._log_text.append(text)
                 self._log_kind.append(_CONTENT)
-            self._refresh_hot()
+            # _refresh_hot's second line (the first is unchanged unless _settle ran it).
+            self._ready = self._ready_texts if self._hot and dec.idle and not self._ac_state else None
             return text
         if self._tags is not None:
             raise ValueError("push_text() returns content only; a stream with tags needs push()")
