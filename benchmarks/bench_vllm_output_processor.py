@@ -20,10 +20,10 @@ Two references bound what any detokenizer can reach here:
 
 Timing: the four processors (stock, plugin, bare, floor) are built untimed with the same requests,
 each with its own copy of the replayed steps; then the heap is collected and frozen
-(``gc.freeze``, as a server does after start-up; see ``one_replay``) and the three take each
+(``gc.freeze``, as a server does after start-up; see ``one_replay``) and the four take each
 engine step in turn, the order rotating every step, each ``process_outputs`` call timed with
 ``perf_counter_ns``. Load on the machine, the heap's size and the caches' state so fall on all
-three alike. A replay's figure is the mean over its steps; the table shows the median over
+four alike. A replay's figure is the mean over its steps; the table shows the median over
 ``--repeats`` replays (the ratio is the median of the per-replay ratios), after a warm-up
 replay. The plugin is switched on through its real entry point (``DETOK_PLUGIN=1`` and
 ``register()``) while its processor's requests are added, and off again with ``unregister()``.
@@ -142,7 +142,7 @@ def one_replay(tok, work, *, stops: bool) -> dict[str, float]:
 
     The processors live side by side and take each engine step in turn (the order
     rotates every step), so load on the machine, the heap's size and the caches' state fall
-    on all three alike: a ratio compares two runs of the same step a few milliseconds apart.
+    on all of them alike: a ratio compares two runs of the same step a few milliseconds apart.
     """
     built = {mode: build(tok, work, stops=stops, mode=mode) for mode in MODES}
     # Collect, then freeze what exists: setup objects (tokenizer, requests, replayed outputs)

@@ -490,8 +490,7 @@ class DetokenizerState:
             elif text and self._keep_log:
                 self._log_text.append(text)
                 self._log_kind.append(_CONTENT)
-            # _refresh_hot's second line (the first is unchanged unless _settle ran it).
-            self._ready = self._ready_texts if self._hot and dec.idle and not self._ac_state else None
+            self._refresh_hot()
             return text
         if self._tags is not None:
             raise ValueError("push_text() returns content only; a stream with tags needs push()")
