@@ -47,6 +47,14 @@ class Matcher:
     # ``first.search``, bound once: every stream on this automaton shares the one object
     # (a bound method per stream would be one more object to touch per token).
     find_first: Callable[..., re.Match[str] | None]
+    # One memo per node for streams that scan token texts (DetokenizerState.push_text):
+    # text -> what a scan of it from this node with no match leaves (released text, next
+    # node, held text). Exact because what a stream holds is a function of its node (the
+    # last ``hold[node]`` characters of the node's path). Shared, each bounded by
+    # ``STEP_MEMO_LIMIT`` (cleared when full: the texts of one workload recur).
+    steps: tuple[dict[str, tuple[str, int, str]], ...]
+
+    STEP_MEMO_LIMIT = 4096
 
     @staticmethod
     @functools.lru_cache(maxsize=256)
@@ -98,7 +106,8 @@ class Matcher:
         chars = "".join(sorted({p[0] for p in patterns}))
         first = re.compile("[" + re.escape(chars) + "]")
         return Matcher(
-            patterns, tuple(goto), tuple(fail), tuple(depth), tuple(match), tuple(hold), first, chars, first.search
+            patterns, tuple(goto), tuple(fail), tuple(depth), tuple(match), tuple(hold), first, chars, first.search,
+            tuple({} for _ in goto),
         )
 
     def scan(self, state: int, text: str) -> tuple[int, tuple[int, int] | None]:

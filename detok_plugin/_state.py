@@ -132,25 +132,40 @@ class DetokenizerState:
 
     ``finish_reason`` (``"stop"``, ``"length"`` or None) and ``stop_reason`` (the stop
     string or stop token id; None for EOS) are attributes to read, not to set.
+    ``token_ids`` is the list of the output ids taken so far; its length is the count that
+    ``min_tokens`` and ``max_tokens`` compare with.
+
+    ``ready``, for a serving loop that takes the ready path itself (see docs/design.md):
+    None, or a table indexed by token id. While it is not None, for an id ``i`` with
+    ``0 <= i < len(ready)`` whose entry is a str, ``push_text(i)`` would append ``i`` to
+    ``token_ids`` and return that str, and change nothing else; a caller may do exactly
+    that itself instead of the call. It changes only when a call takes another path: read
+    it again after every call into the state. Always None on a stream with tags or one that
+    keeps a log (its ready path logs too).
     """
 
-    # Slot order is memory order: what the ready path of push and push_text reads comes
-    # first (five slots), then the rest of the hot path, so that a common token touches one
-    # or two cache lines of the state, not six.
+    # Slot order is memory order: what the ready path reads comes first (four slots), then
+    # what push_text's other branch and _refresh_hot read, so that a token touches one or
+    # two cache lines of the state (three at most on push_text's paths), not six.
     __slots__ = (
         "_ready",
-        "_size",
         "token_ids",
-        "_n_out",
+        "_size",
         "_keep_log",
         "finish_reason",
         "stop_reason",
+        "ready",
         "_hot",
         "_dec",
         "_ac_state",
         "_ready_texts",
         "_first",
         "_held_may_stop",
+        "_steps",
+        "_pending",
+        "_hot_static",
+        "_skip_chars",
+        "_done",
         "_log_text",
         "_log_kind",
         "path",
@@ -158,7 +173,6 @@ class DetokenizerState:
         "request_id",
         "_vocab",
         "_holes",
-        "_skip_chars",
         "_stop_ids",
         "_eos_ids",
         "_include_stop",
@@ -172,11 +186,8 @@ class DetokenizerState:
         "_has_stops",
         "_mode",
         "_ac",
-        "_pending",
         "_tool_index",
         "_tool_body",
-        "_done",
-        "_hot_static",
     )
 
     # --- construction ------------------------------------------------------------------
@@ -257,7 +268,6 @@ class DetokenizerState:
         self.why = why
         self._dec = dec
         self.token_ids: list[int] = []
-        self._n_out = 0
         self._done = False
 
         # Stop conditions.
@@ -324,6 +334,7 @@ class DetokenizerState:
         content = self._matchers[_CONTENT]
         self._hot_static = self._vocab is not None and tags is None and not self._stop_ids and max_tokens is None
         self._first = content.find_first if content is not None else None
+        self._steps = content.steps if content is not None else ()
         self._ready_texts = (
             table.ready_texts(content.first_chars if content is not None else "", skip_special_tokens)
             if self._hot_static and table is not None
@@ -344,7 +355,6 @@ class DetokenizerState:
         ready = self._ready
         if ready is not None and type(ids) is int and 0 <= ids < self._size and (text := ready[ids]) is not None:
             # The ready path (see _refresh_hot): this id's text leaves as it is.
-            self._n_out += 1
             self.token_ids.append(ids)
             if text:
                 if self._keep_log:
@@ -353,7 +363,7 @@ class DetokenizerState:
                 return _text_delta(text)
             return _ONE_EMPTY
         if self._done:
-            raise StreamFinishedError(self._n_out, self.request_id, self.finish_reason or "finish() was called")
+            raise StreamFinishedError(len(self.token_ids), self.request_id, self.finish_reason or "finish() was called")
         if (
             type(ids) is int
             and self._vocab is not None
@@ -367,10 +377,10 @@ class DetokenizerState:
         if type(ids) is int:
             batch: Sequence[Any] = (ids,)
         elif isinstance(ids, (str, bytes, bool)) or not hasattr(ids, "__iter__"):
-            raise TokenTypeError(ids, self._n_out, self.request_id)
+            raise TokenTypeError(ids, len(self.token_ids), self.request_id)
         else:
             batch = ids if isinstance(ids, (list, tuple)) else list(ids)
-        base = self._n_out
+        base = len(self.token_ids)
         checked = [_as_id(v, base + k, self.request_id) for k, v in enumerate(batch)]
         for k, tid in enumerate(checked):
             self._check_range(tid, base + k)
@@ -391,17 +401,17 @@ class DetokenizerState:
     def finish(self) -> Delta:
         """End the stream: release everything held, rendered as the final decode renders it."""
         if self._done and self.finish_reason is None:
-            raise StreamFinishedError(self._n_out, self.request_id, "finish() was called")
+            raise StreamFinishedError(len(self.token_ids), self.request_id, "finish() was called")
         if self._done:  # a stop already closed the stream: nothing more to release
             if self._dec is None:
-                raise StreamFinishedError(self._n_out, self.request_id, "finish() was called")
+                raise StreamFinishedError(len(self.token_ids), self.request_id, "finish() was called")
             self._dec = None  # type: ignore[assignment]
             return self._delta(_Out(), 0)
         out = _Out()
         self._close(out)
         self._dec = None  # type: ignore[assignment]
         self._hot = False
-        self._ready = None
+        self._ready = self.ready = None
         return self._delta(out, 0)
 
     @property
@@ -461,7 +471,6 @@ class DetokenizerState:
         if ready is not None and type(tid) is int and 0 <= tid < self._size and (text := ready[tid]) is not None:
             # The ready path (see _refresh_hot): nothing held, nothing partly matched, and
             # this id's text holds no first character of a stop. One index, then it leaves.
-            self._n_out += 1
             self.token_ids.append(tid)
             if text and self._keep_log:
                 self._log_text.append(text)
@@ -472,24 +481,36 @@ class DetokenizerState:
             # decoder holds bytes, a stop is partly matched, or the text is new to the ready
             # table or may start a stop. An idle decoder's text is still one index away.
             dec = self._dec
-            first = self._first  # None: no stop strings
             if dec.idle and (text := dec.quick[tid]) is not None:
-                starts = first is not None and text and self._learn(tid, text)
+                quick = True
             else:
                 try:
                     text = dec.feed_one(tid)
                 except TypeError:  # a hole in the vocabulary: the checked path raises
                     return self.push(tid).text
-                starts = first is not None and text and first(text) is not None
-            self._n_out += 1
+                quick = False
             self.token_ids.append(tid)
-            if starts or self._ac_state or (self._held_may_stop and not dec.idle and dec.holds()):
-                # A stop is partly matched, may start in this text, or may complete in
-                # what the decoder holds: the boundary scan decides.
-                text = self._scan_text(text)
+            first = self._first  # None: no stop strings
+            if first is not None:
+                held = self._held_may_stop and not dec.idle and dec.holds()
+                if not held and (step := self._steps[self._ac_state].get(text)) is not None:
+                    # This text was scanned from this node before, with no match: the
+                    # same text leaves and the same text is held (Matcher.steps).
+                    text, self._ac_state, self._pending = step
+                    if text and self._keep_log:
+                        self._log(_CONTENT, text)
+                elif held or self._ac_state or (text and first(text) is not None):
+                    # A stop is partly matched, may start in this text, or may complete in
+                    # what the decoder holds: the boundary scan decides.
+                    text = self._scan_text(text)
+                else:
+                    if quick:
+                        # No first character of a stop: ready from now on (ready_texts).
+                        self._ready_texts[tid] = text  # type: ignore[index]
+                    if text and self._keep_log:
+                        self._log(_CONTENT, text)
             elif text and self._keep_log:
-                self._log_text.append(text)
-                self._log_kind.append(_CONTENT)
+                self._log(_CONTENT, text)
             self._refresh_hot()
             return text
         if self._tags is not None:
@@ -504,15 +525,6 @@ class DetokenizerState:
                 return self._push_one(tid, True)  # type: ignore[return-value]
         return self.push(tid).text
 
-    def _learn(self, tid: int, text: str) -> bool:
-        """Whether id ``tid``'s quick text ``text`` holds a first character of a stop; if
-        not, write it into the shared ready table, so that the id is ready from now on for
-        every stream with the same first characters (``TokenTable.ready_texts``)."""
-        if self._first(text) is not None:  # type: ignore[misc]
-            return True
-        self._ready_texts[tid] = text  # type: ignore[index]
-        return False
-
     def _scan_text(self, text: str) -> str:
         """push_text's boundary step when a stop may be involved (content is the only
         channel). The common outcome, no stop completes in the text nor in what the decoder
@@ -520,14 +532,19 @@ class DetokenizerState:
         no-match branch without building an ``_Out``; any other goes through ``_settle``,
         which scans again from the same state and decides."""
         ac = self._ac
-        state, hit = ac.scan(self._ac_state, text)
+        start = self._ac_state
+        state, hit = ac.scan(start, text)
         if hit is None:
             dec = self._dec
-            if (
-                not (self._held_may_stop and not dec.idle and dec.holds())
-                or ac.scan(state, dec.peek_final())[1] is None
-            ):
+            held = self._held_may_stop and not dec.idle and dec.holds()
+            if not held or ac.scan(state, dec.peek_final())[1] is None:
+                scanned = text
                 text = self._advance(state, text)
+                if not held:  # the outcome depends on the text and the start node only
+                    memo = self._steps[start]
+                    if len(memo) >= ac.STEP_MEMO_LIMIT:
+                        memo.clear()
+                    memo[scanned] = (text, state, self._pending)
                 if text:
                     self._log(_CONTENT, text)
                 return text
@@ -538,7 +555,6 @@ class DetokenizerState:
     def _push_one(self, tid: int, as_text: bool = False) -> Delta | str:
         """``push`` of one checked id that is no stop token or id tag: ``_step`` without
         allocations in the common case (content, nothing held, no pattern can start)."""
-        self._n_out += 1
         self.token_ids.append(tid)
         text = self._dec.feed_one(tid)
         ac = self._ac
@@ -547,7 +563,7 @@ class DetokenizerState:
             and self._mode == _CONTENT
             and self._ac_state == 0
             and (ac is None or ac.first.search(text) is None)
-            and (self._max_tokens is None or self._n_out < self._max_tokens)
+            and (self._max_tokens is None or len(self.token_ids) < self._max_tokens)
             and not (self._has_stops[_CONTENT] and self._dec.holds())
         ):
             if self._keep_log:
@@ -567,7 +583,7 @@ class DetokenizerState:
         """The rest of one checked id's push after its decode: the boundary, the
         provisional stop, max_tokens, closing on a finish; then which hot path is open."""
         self._take_settled(text, out)
-        if self.finish_reason is None and self._max_tokens is not None and self._n_out >= self._max_tokens:
+        if self.finish_reason is None and self._max_tokens is not None and len(self.token_ids) >= self._max_tokens:
             self.finish_reason = "length"
         if self.finish_reason is not None:
             self._close(out)
@@ -577,9 +593,8 @@ class DetokenizerState:
         """One checked id: count it; a stop token ends the stream (its text only with
         include_stop_str_in_output); otherwise its settled text goes through the boundary
         scan; then the provisional stop check; then max_tokens."""
-        self._n_out += 1
         self.token_ids.append(tid)
-        stop_token = tid in self._stop_ids and self._n_out > self._min_tokens
+        stop_token = tid in self._stop_ids and len(self.token_ids) > self._min_tokens
         if not stop_token or self._include_stop:
             if tid in self._id_tags:
                 self._id_tag(self._id_tags[tid], out)
@@ -589,7 +604,7 @@ class DetokenizerState:
         if stop_token:
             self.finish_reason = "stop"
             self.stop_reason = None if tid in self._eos_ids else tid
-        elif self._max_tokens is not None and self._n_out >= self._max_tokens:
+        elif self._max_tokens is not None and len(self.token_ids) >= self._max_tokens:
             self.finish_reason = "length"
 
     def _take_settled(self, text: str, out: _Out) -> None:
@@ -614,7 +629,7 @@ class DetokenizerState:
         if not provisional or ac is None:
             return
         _, hit = ac.scan(self._ac_state, provisional)
-        if hit is None or self._kinds[self._mode][hit[0]][0] != "stop" or self._n_out <= self._min_tokens:
+        if hit is None or self._kinds[self._mode][hit[0]][0] != "stop" or len(self.token_ids) <= self._min_tokens:
             return
         self._take(self._unskip(self._dec.flush()), out)
 
@@ -640,7 +655,8 @@ class DetokenizerState:
         takes another path (each of which ends here).
         """
         self._hot = hot = self._hot_static and not self._skip_chars and not self._done
-        self._ready = self._ready_texts if hot and self._dec.idle and not self._ac_state else None
+        self._ready = ready = self._ready_texts if hot and self._dec.idle and not self._ac_state else None
+        self.ready = None if self._keep_log else ready
 
     def _check_range(self, tid: int, position: int) -> None:
         vocab = self._vocab
@@ -700,7 +716,7 @@ class DetokenizerState:
             index, end = hit
             kind, pattern = self._kinds[self._mode][index]
             rest = text[end:]
-            if kind == "stop" and self._n_out <= self._min_tokens:
+            if kind == "stop" and len(self.token_ids) <= self._min_tokens:
                 # Too early to stop: keep scanning from here as if nothing matched.
                 self._emit(self._advance(state, text[:end]), out)
                 text = rest

@@ -138,10 +138,12 @@ class VllmDetokenizer:
     slower means (see :meth:`get_next_output_text`).
     """
 
-    # What every step reads comes first (memory order: one cache line, not three).
+    # What every step reads comes first, in one small object (the state is a second, larger
+    # one, touched only off the ready path): within process_outputs, each object a request
+    # touches per step costs more than the bytecode that reads it.
     __slots__ = (
-        "_state", "_delta", "_unsent", "_closed", "token_ids", "request_id", "path", "_include_stop",
-        "_pieces", "_text", "_folded", "_delta_from", "_stop_terminated", "_tokenizer", "_request",
+        "_ready", "token_ids", "_unsent", "_delta", "_state", "_closed", "_pieces", "request_id", "path",
+        "_include_stop", "_text", "_folded", "_delta_from", "_stop_terminated", "_tokenizer", "_request",
     )
 
     def __init__(self, tokenizer: Any, request: Any, *, delta: bool | None = None) -> None:
@@ -170,9 +172,12 @@ class VllmDetokenizer:
         # The state's own list of the ids it took, shared (one list and one append per id
         # instead of two): update() corrects it on the rare steps where the ids vLLM keeps
         # are not the ids the state took (a stop token it does not feed, an id past the
-        # vocabulary).
+        # vocabulary). Its length is also what min_tokens counts, as in stock vLLM.
         self.token_ids: list[int] = self._state.token_ids
+        # The state's ready table (DetokenizerState.ready), mirrored after every call into
+        # the state: a ready id's step is an index and an append here, the state untouched.
         self._delta = getattr(params.output_kind, "name", None) == "DELTA" if delta is None else delta
+        self._ready = self._state.ready if self._delta else None
         self._unsent = ""  # DELTA: released since the last delta call
         self._stop_terminated = False  # whether a step said stop_terminated
         self._pieces: list[str] = []  # otherwise: every released piece
@@ -197,24 +202,41 @@ class VllmDetokenizer:
            that completed it are dropped from ``output_token_ids``; the caller trims the
            step's own copy by comparing ``num_output_tokens()`` before and after.
         """
-        if len(new_token_ids) == 1 and not stop_terminated:
-            # The common step: one id, no stop token. Same effect as the general path.
-            # One id in, content out, no Delta built; push_text appends the id.
+        if not stop_terminated and len(new_token_ids) == 1:
+            tid = new_token_ids[0]
+            ready = self._ready
+            if ready is not None:
+                # The ready path (DetokenizerState.ready): what push_text would do, without
+                # the call. Only DELTA requests mirror the table (others keep pieces).
+                try:
+                    text = ready[tid] if tid >= 0 else None
+                except (TypeError, IndexError):  # not an id, or past the table: the state says
+                    text = None
+                if text is not None:
+                    self.token_ids.append(tid)
+                    self._unsent += text
+                    return None
+            # One id, no stop token: push_text (content only, no Delta built) appends it.
             state = self._state
             try:
-                text = state.push_text(new_token_ids[0])
+                text = state.push_text(tid)
             except TokenIdError as exc:
                 _log_unknown_id(exc)
-                self.token_ids.append(new_token_ids[0])
+                self.token_ids.append(tid)
                 return None
-            if text:
-                if self._delta:
-                    self._unsent += text
-                else:
-                    self._pieces.append(text)
+            if self._delta:
+                self._ready = state.ready
+                self._unsent += text
+            elif text:
+                self._pieces.append(text)
             if state.finish_reason is not None:  # only a stop string ends it here
                 return state.stop_reason  # type: ignore[return-value]
             return None
+        return self._update(new_token_ids, stop_terminated)
+
+    def _update(self, new_token_ids: list[int], stop_terminated: bool) -> str | None:
+        """update() of a step with several ids or a stop token."""
+        state = self._state
         if not new_token_ids:
             return None
         self._stop_terminated = self._stop_terminated or stop_terminated
@@ -228,6 +250,8 @@ class VllmDetokenizer:
                 self._keep(delta.text)
             if delta.finish_reason == "stop" and isinstance(delta.stop_reason, str):
                 kept, stop = delta.consumed, delta.stop_reason
+        if self._delta:
+            self._ready = state.ready
         # What vLLM keeps: every id of the step, or those up to the one completing a stop.
         del self.token_ids[before:]
         self.token_ids.extend(new_token_ids[:kept])
@@ -241,12 +265,20 @@ class VllmDetokenizer:
 
     def get_next_output_text(self, finished: bool, delta: bool) -> str:
         """The new text since the last delta call (``delta``), or all text so far."""
+        if finished or not delta or not self._delta:
+            return self._output_text(finished, delta)
+        text = self._unsent  # the step of a live DELTA request: what vLLM streams
+        self._unsent = ""
+        return text
+
+    def _output_text(self, finished: bool, delta: bool) -> str:
         if finished and not self._closed:
             self._closed = True
             if not self._state.finished:  # a stop string closed it already otherwise
                 tail = self._state.finish().text
                 if tail:
                     self._keep(tail)
+            self._ready = None
         if self._delta:
             text = self._unsent
             if not delta:
