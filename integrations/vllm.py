@@ -114,6 +114,16 @@ class Settings:
 # --- the adapter ----------------------------------------------------------------------
 
 
+class _RequestState(DetokenizerState):
+    """One request's :class:`DetokenizerState`, plus what the adapter keeps for the calls
+    that leave its ready path (so that the adapter itself stays four slots)."""
+
+    __slots__ = (
+        "delta", "include_stop", "pieces", "text", "folded", "delta_from", "stop_terminated", "closed",
+        "tokenizer", "request",
+    )
+
+
 class VllmDetokenizer:
     """vLLM's per-request detokenizer contract over a :class:`detok_plugin.DetokenizerState`.
 
@@ -136,26 +146,21 @@ class VllmDetokenizer:
     CUMULATIVE and FINAL_ONLY: a list of pieces, folded into one string when asked. O(1)
     amortized per id either way. The other kind of call is answered exactly too, by
     slower means (see :meth:`get_next_output_text`).
+
+    Layout: what a DELTA step reads is this object's four slots; the rest lives on the
+    state (a second, larger object, touched only off the ready path). Inside
+    ``process_outputs`` each object, and each slot, a request touches per step costs more
+    than the bytecode that reads it (docs/benchmarks.md).
     """
 
-    # What every step reads comes first, in one small object (the state is a second, larger
-    # one, touched only off the ready path): within process_outputs, each object a request
-    # touches per step costs more than the bytecode that reads it.
-    __slots__ = (
-        "_ready", "token_ids", "_unsent", "_delta", "_state", "_closed", "_pieces", "request_id", "path",
-        "_include_stop", "_text", "_folded", "_delta_from", "_stop_terminated", "_tokenizer", "_request",
-    )
+    __slots__ = ("_ready", "token_ids", "_unsent", "_state")
 
     def __init__(self, tokenizer: Any, request: Any, *, delta: bool | None = None) -> None:
         params = request.sampling_params
-        self._tokenizer = tokenizer  # kept for a cumulative call on a DELTA request
-        self._request = request
-        self.request_id: str = request.request_id
-        self._include_stop = bool(params.include_stop_str_in_output)
         stop = params.stop
         # The verified table is cached per tokenizer object and the stop automaton per stop
         # tuple, so setup per request is the prompt's decoder state.
-        self._state = DetokenizerState.from_tokenizer(
+        self._state = state = _RequestState.from_tokenizer(
             tokenizer,
             prompt_ids=request.prompt_token_ids or (),
             skip_special_tokens=params.skip_special_tokens,
@@ -163,28 +168,39 @@ class VllmDetokenizer:
             stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
             stop_token_ids=(),
             eos_token_ids=(),
-            include_stop_str_in_output=self._include_stop,
+            include_stop_str_in_output=bool(params.include_stop_str_in_output),
             min_tokens=params.min_tokens,
             request_id=request.request_id,
             keep_log=False,  # the adapter keeps the released text itself
         )
-        self.path: str = self._state.path
+        state.tokenizer = tokenizer  # kept for a cumulative call on a DELTA request
+        state.request = request
+        state.include_stop = bool(params.include_stop_str_in_output)
+        state.delta = getattr(params.output_kind, "name", None) == "DELTA" if delta is None else delta
+        state.stop_terminated = False  # whether a step said stop_terminated
+        state.pieces = []  # not DELTA: every released piece
+        state.text = ""  # not DELTA: the pieces folded so far
+        state.folded = 0
+        state.delta_from = 0
+        state.closed = False
         # The state's own list of the ids it took, shared (one list and one append per id
         # instead of two): update() corrects it on the rare steps where the ids vLLM keeps
         # are not the ids the state took (a stop token it does not feed, an id past the
         # vocabulary). Its length is also what min_tokens counts, as in stock vLLM.
-        self.token_ids: list[int] = self._state.token_ids
+        self.token_ids: list[int] = state.token_ids
+        # DELTA: released since the last delta call. None on other kinds, which keep pieces.
+        self._unsent: str | None = "" if state.delta else None
         # The state's ready table (DetokenizerState.ready), mirrored after every call into
-        # the state: a ready id's step is an index and an append here, the state untouched.
-        self._delta = getattr(params.output_kind, "name", None) == "DELTA" if delta is None else delta
-        self._ready = self._state.ready if self._delta else None
-        self._unsent = ""  # DELTA: released since the last delta call
-        self._stop_terminated = False  # whether a step said stop_terminated
-        self._pieces: list[str] = []  # otherwise: every released piece
-        self._text = ""  # otherwise: the pieces folded so far
-        self._folded = 0
-        self._delta_from = 0
-        self._closed = False
+        # the state, on DELTA requests: a ready id's step is an index and an append here.
+        self._ready = state.ready if state.delta else None
+
+    @property
+    def request_id(self) -> str:
+        return self._state.request_id  # type: ignore[return-value]
+
+    @property
+    def path(self) -> str:
+        return self._state.path
 
     @property
     def output_token_ids(self) -> list[int]:
@@ -207,14 +223,14 @@ class VllmDetokenizer:
             ready = self._ready
             if ready is not None:
                 # The ready path (DetokenizerState.ready): what push_text would do, without
-                # the call. Only DELTA requests mirror the table (others keep pieces).
+                # the call.
                 try:
                     text = ready[tid] if tid >= 0 else None
                 except (TypeError, IndexError):  # not an id, or past the table: the state says
                     text = None
                 if text is not None:
                     self.token_ids.append(tid)
-                    self._unsent += text
+                    self._unsent += text  # type: ignore[operator]
                     return None
             # One id, no stop token: push_text (content only, no Delta built) appends it.
             state = self._state
@@ -224,11 +240,11 @@ class VllmDetokenizer:
                 _log_unknown_id(exc)
                 self.token_ids.append(tid)
                 return None
-            if self._delta:
+            if self._unsent is not None:
                 self._ready = state.ready
                 self._unsent += text
             elif text:
-                self._pieces.append(text)
+                state.pieces.append(text)
             if state.finish_reason is not None:  # only a stop string ends it here
                 return state.stop_reason  # type: ignore[return-value]
             return None
@@ -236,11 +252,11 @@ class VllmDetokenizer:
 
     def _update(self, new_token_ids: list[int], stop_terminated: bool) -> str | None:
         """update() of a step with several ids or a stop token."""
-        state = self._state
         if not new_token_ids:
             return None
-        self._stop_terminated = self._stop_terminated or stop_terminated
-        fed = new_token_ids[:-1] if stop_terminated and not self._include_stop else new_token_ids
+        state = self._state
+        state.stop_terminated = state.stop_terminated or stop_terminated
+        fed = new_token_ids[:-1] if stop_terminated and not state.include_stop else new_token_ids
         kept = len(new_token_ids)
         stop = None
         before = len(self.token_ids)
@@ -250,7 +266,7 @@ class VllmDetokenizer:
                 self._keep(delta.text)
             if delta.finish_reason == "stop" and isinstance(delta.stop_reason, str):
                 kept, stop = delta.consumed, delta.stop_reason
-        if self._delta:
+        if self._unsent is not None:
             self._ready = state.ready
         # What vLLM keeps: every id of the step, or those up to the one completing a stop.
         del self.token_ids[before:]
@@ -258,29 +274,30 @@ class VllmDetokenizer:
         return stop
 
     def _keep(self, text: str) -> None:
-        if self._delta:
+        if self._unsent is not None:
             self._unsent += text
         else:
-            self._pieces.append(text)
+            self._state.pieces.append(text)
 
     def get_next_output_text(self, finished: bool, delta: bool) -> str:
         """The new text since the last delta call (``delta``), or all text so far."""
-        if finished or not delta or not self._delta:
+        text = self._unsent
+        if finished or not delta or text is None:
             return self._output_text(finished, delta)
-        text = self._unsent  # the step of a live DELTA request: what vLLM streams
-        self._unsent = ""
+        self._unsent = ""  # the step of a live DELTA request: what vLLM streams
         return text
 
     def _output_text(self, finished: bool, delta: bool) -> str:
-        if finished and not self._closed:
-            self._closed = True
-            if not self._state.finished:  # a stop string closed it already otherwise
-                tail = self._state.finish().text
+        state = self._state
+        if finished and not state.closed:
+            state.closed = True
+            if not state.finished:  # a stop string closed it already otherwise
+                tail = state.finish().text
                 if tail:
                     self._keep(tail)
             self._ready = None
-        if self._delta:
-            text = self._unsent
+        text = self._unsent
+        if text is not None:
             if not delta:
                 # A cumulative call on a DELTA request (vLLM makes none): what was sent is
                 # not kept, so replay the ids through a fresh adapter; the core gives the
@@ -289,25 +306,27 @@ class VllmDetokenizer:
             if text:
                 self._unsent = ""
             return text
-        pieces = self._pieces
-        if self._folded != len(pieces):
-            self._text += "".join(pieces[self._folded :])
-            self._folded = len(pieces)
+        pieces = state.pieces
+        if state.folded != len(pieces):
+            state.text += "".join(pieces[state.folded :])
+            state.folded = len(pieces)
         if not delta:
-            return self._text
+            return state.text
         # A delta call on a cumulative request (vLLM makes none): from where the last ended.
-        start = self._delta_from
-        self._delta_from = len(self._text)
-        return self._text[start:]
+        start = state.delta_from
+        state.delta_from = len(state.text)
+        return state.text[start:]
 
     def _replay(self) -> str:
         """All text the delta calls returned so far, rebuilt from the ids: O(N), for the
         call vLLM never makes on a DELTA request."""
-        fresh = VllmDetokenizer(self._tokenizer, self._request, delta=False)
+        state = self._state
+        fresh = VllmDetokenizer(state.tokenizer, state.request, delta=False)
         if self.token_ids:
-            fresh.update(list(self.token_ids), self._stop_terminated)
-        text = fresh.get_next_output_text(self._closed, delta=False)
-        return text[: len(text) - len(self._unsent)] if self._unsent else text
+            fresh.update(list(self.token_ids), state.stop_terminated)
+        text = fresh.get_next_output_text(state.closed, delta=False)
+        unsent = self._unsent or ""
+        return text[: len(text) - len(unsent)] if unsent else text
 
     def _push(self, ids: int | Sequence[int]) -> Delta:
         try:
