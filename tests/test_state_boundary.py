@@ -348,6 +348,7 @@ def test_push_text_equals_push_and_the_reference(real_tokenizer, data):
     )
     a = DetokenizerState.from_tokenizer(tok, **kw)
     b = DetokenizerState.from_tokenizer(tok, **kw)
+    c = DetokenizerState.from_tokenizer(tok, keep_log=False, **kw)  # a caller on DetokenizerState.ready
     got = []
     for i in ids:
         if a.finished:
@@ -355,7 +356,19 @@ def test_push_text_equals_push_and_the_reference(real_tokenizer, data):
         got.append(b.push_text(i))
         assert a.push(i).text == got[-1]
         assert (a.finish_reason, a.stop_reason, a.token_ids) == (b.finish_reason, b.stop_reason, b.token_ids)
-    assert a.finished == b.finished
+        ready = c.ready
+        if ready is not None and ready[i] is not None:
+            c.token_ids.append(i)
+            assert ready[i] == got[-1]
+        else:
+            assert c.push_text(i) == got[-1]
+        assert (c.finish_reason, c.stop_reason, c.token_ids) == (b.finish_reason, b.stop_reason, b.token_ids)
+    assert a.finished == b.finished == c.finished
+    # The same ids again through a fresh stream: now the scans hit the shared memo
+    # (Matcher.steps) and the ready table holds what the first pass learnt.
+    again = DetokenizerState.from_tokenizer(tok, **kw)
+    assert [again.push_text(i) for i in ids[: len(got)]] == got
+    assert (again.finish_reason, again.stop_reason) == (b.finish_reason, b.stop_reason)
     if kw["max_tokens"] is None:
         if not b.finished:
             got.append(b.finish().text)
@@ -367,6 +380,45 @@ def test_push_text_refuses_tags(qwen3):
     s = DetokenizerState.from_tokenizer(qwen3, tags="qwen3")
     with pytest.raises(ValueError):
         s.push_text(1)
+
+
+def test_ready_is_offered_only_to_streams_without_a_log_or_tags(qwen3):
+    """DetokenizerState.ready: the table while nothing is held or partly matched, None
+    while something is, and None always on a stream that keeps a log or has tags."""
+    hello, newline = (qwen3.encode(t, add_special_tokens=False)[0] for t in (" hello", "\n"))
+    s = DetokenizerState.from_tokenizer(qwen3, stop=["\n\nUser:"], eos_token_ids=(), keep_log=False)
+    assert s.ready is not None and s.push_text(hello) == " hello" and s.ready[hello] == " hello"
+    assert s.push_text(newline) == "" and s.ready is None  # "\n" may start the stop: held
+    assert s.push_text(hello) == "\n hello" and s.ready is not None
+    split = qwen3.encode("🫨", add_special_tokens=False)
+    assert len(split) > 1 and s.push_text(split[0]) == "" and s.ready is None  # part of 🫨 held
+    assert DetokenizerState.from_tokenizer(qwen3, stop=["x"], eos_token_ids=()).ready is None
+    assert DetokenizerState.from_tokenizer(qwen3, tags="qwen3", eos_token_ids=(), keep_log=False).ready is None
+    s.finish()
+    assert s.ready is None
+
+
+def test_scan_memo_is_exact_shared_and_bounded(monkeypatch):
+    """Matcher.steps: push_text remembers each no-match scan per (node, text), for every
+    stream on the automaton; a memo that reaches STEP_MEMO_LIMIT starts again."""
+    from detok_plugin._matcher import Matcher
+
+    monkeypatch.setattr(Matcher, "STEP_MEMO_LIMIT", 8)
+    words = [f"w{k}" for k in range(20)]
+    table = table_of("\n", *words)
+    stops = ("\n\nUser:",)
+    text = "".join("\n" + w for w in words)
+    ids = [i for k in range(len(words)) for i in (0, k + 1)]
+    first = DetokenizerState.from_tokenizer(table, stop=stops, eos_token_ids=())
+    assert "".join(first.push_text(i) for i in ids) + first.finish().text == text
+    memo = first._steps
+    after_newline = Matcher.build(stops, (True,)).goto[0]["\n"]
+    assert memo is Matcher.build(stops, (True,)).steps and 0 < len(memo[after_newline]) <= 8
+    assert memo[after_newline]["w19"] == ("\nw19", 0, "")  # released, next node, held
+    second = DetokenizerState.from_tokenizer(table, stop=stops, eos_token_ids=())
+    got = [second.push_text(i) for i in ids]
+    assert got[-2:] == ["", "\nw19"] and "".join(got) + second.finish().text == text
+    assert all(len(m) <= 8 for m in memo)
 
 
 def test_keep_log_false_keeps_nothing_and_says_so(qwen3):

@@ -369,6 +369,33 @@ def test_adapter_reuses_the_tokenizers_cached_table(monkeypatch, stop):
         assert {op.request_states[f"r{i}"].detokenizer.path for i in range(3)} == {"byte_level"}
 
 
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_delta_steps_on_ready_ids_do_not_call_into_the_state(monkeypatch, name):
+    """The adapter takes DetokenizerState.ready itself on DELTA requests: most one-id steps
+    never reach the state (the text is still exact); CUMULATIVE requests, which keep
+    pieces, take every id through the state."""
+    calls = []
+    real = shim._RequestState.push_text
+
+    def counting(self, token_id):
+        calls.append(token_id)
+        return real(self, token_id)
+
+    monkeypatch.setattr(shim._RequestState, "push_text", counting)
+    tok = vllm_tokenizer(name)
+    reqs = [Req(prompt, [out], {"stop": ["\n\nUser:", "Observation:"]}) for prompt, out in corpus(name)]
+    total = sum(len(out) for _, out in corpus(name))
+    with detokenizer(plugin=True):
+        check(name, reqs, replay(tok, reqs, kind=DELTA))  # learns the shared ready table
+        calls.clear()
+        check(name, reqs, replay(tok, reqs, kind=DELTA))
+        delta_calls = len(calls)
+        calls.clear()
+        check(name, reqs, replay(tok, reqs, kind=CUMULATIVE))
+    assert len(calls) == total
+    assert 0 < delta_calls < total / 2
+
+
 def test_resumable_requests_stay_stock():
     """A streaming-input session keeps one detokenizer across finished chunks; the plugin
     leaves those to vLLM's own."""
