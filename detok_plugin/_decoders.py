@@ -20,6 +20,7 @@ from __future__ import annotations
 import codecs
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._tables import TokenTable, surrogate_prefix
 
@@ -59,6 +60,18 @@ class StreamDecoder(ABC):
     def holds(self) -> bool:
         """Whether text is held that the end of the stream would render (see peek_final)."""
         return False
+
+    def final_growth(self, since: Any) -> tuple[str, Any] | None:
+        """``peek_final()`` as an extension of what it rendered at ``since`` (a mark this
+        method returned, or None): ``(added, mark)`` where the held text rendered as final
+        is the text at ``since`` followed by ``added``; None where the decoder cannot say
+        so cheaply (then ask ``peek_final``). For callers that scan the held text after
+        every id: the SentencePiece run it grows is unbounded."""
+        return None
+
+    def renders_replacement(self) -> bool:
+        """Whether ``peek_final()`` is all U+FFFD now (so it matches no stop without one)."""
+        return self.held_is_replacement
 
 
 class ByteLevelStream(StreamDecoder):
@@ -172,7 +185,9 @@ class SentencePieceStream(StreamDecoder):
     """
 
     path = "sentencepiece"
-    __slots__ = ("idle", "quick", "_pieces", "_bytes", "_skip", "_strip", "_dec", "_run_text", "_run_len", "_run_bad")
+    __slots__ = (
+        "idle", "quick", "_pieces", "_bytes", "_skip", "_strip", "_dec", "_run_text", "_run_len", "_run_bad", "_run_serial",
+    )
 
     def __init__(self, table: TokenTable, *, skip_special_tokens: bool) -> None:
         self._pieces = table.pieces
@@ -184,6 +199,7 @@ class SentencePieceStream(StreamDecoder):
         self._run_text: list[str] = []
         self._run_len = 0
         self._run_bad = False
+        self._run_serial = 0  # which run final_growth's marks belong to
         self.idle = not self._strip  # no run open, and the leading-space strip decided
 
     def _out(self, s: str) -> str:
@@ -204,6 +220,7 @@ class SentencePieceStream(StreamDecoder):
 
     def _close_run(self) -> str:
         text = self._render_run()
+        self._run_serial += 1
         self._run_text.clear()
         self._run_len = 0
         self._run_bad = False
@@ -271,6 +288,24 @@ class SentencePieceStream(StreamDecoder):
         if self._strip and s and s[0] == " ":
             return s[1:]
         return s
+
+    def final_growth(self, since: Any) -> tuple[str, Any] | None:
+        """An open, valid run that ends on a character boundary renders as its characters,
+        and grows only by appending: what it added since ``since`` is the run's pieces
+        after the mark. O(added), where ``peek_final`` is O(run) (so a provisional stop
+        check per byte piece stays O(1) amortized however long the run)."""
+        if not self._run_len or self._run_bad or self._dec.getstate()[0]:
+            return None  # no run, a released one, or one ending inside a character
+        serial = self._run_serial
+        k = since[1] if since is not None and since[0] == serial else 0
+        n = len(self._run_text)
+        added = "".join(self._run_text[k:n])
+        if k == 0 and self._strip and added[:1] == " ":
+            added = added[1:]  # the whole text's leading-space strip, as peek_final does
+        return added, (serial, n)
+
+    def renders_replacement(self) -> bool:
+        return bool(self._run_len and not self._run_bad and self._dec.getstate()[0])
 
 
 class GenericStream(StreamDecoder):

@@ -164,6 +164,8 @@ class DetokenizerState:
         "_steps",
         "_pending",
         "_hot_static",
+        "_fffd_stops",
+        "_prov",
         "_skip_chars",
         "_done",
         "_log_text",
@@ -342,6 +344,8 @@ class DetokenizerState:
         )
         # Text the decoder holds can complete a stop only if, rendered as final, it can
         # contain a stop's characters: never when it is all U+FFFD and no stop has one.
+        self._fffd_stops = any("\ufffd" in s for s in stops)
+        self._prov: tuple[Any, int, Any, int] | None = None  # _held_hit's last scan of held text
         self._held_may_stop = self._has_stops[_CONTENT] and (
             not dec.held_is_replacement or any("\ufffd" in s for s in stops)
         )
@@ -537,7 +541,7 @@ class DetokenizerState:
         if hit is None:
             dec = self._dec
             held = self._held_may_stop and not dec.idle and dec.holds()
-            if not held or ac.scan(state, dec.peek_final())[1] is None:
+            if not held or self._held_hit(state) is None:
                 scanned = text
                 text = self._advance(state, text)
                 if not held:  # the outcome depends on the text and the start node only
@@ -622,16 +626,40 @@ class DetokenizerState:
         final text completes a stop, ending here is exactly right. So scan the held text as
         if final; on a stop, flush the decoder and let the scan cut the stream.
         """
-        provisional = self._dec.peek_final()
-        if self._skip_chars:
-            provisional = provisional[self._skip_chars :]
-        ac = self._ac
-        if not provisional or ac is None:
+        if self._ac is None:
             return
-        _, hit = ac.scan(self._ac_state, provisional)
+        hit = self._held_hit(self._ac_state)
         if hit is None or self._kinds[self._mode][hit[0]][0] != "stop" or len(self.token_ids) <= self._min_tokens:
             return
         self._take(self._unskip(self._dec.flush()), out)
+
+    def _held_hit(self, state: int) -> tuple[int, int] | None:
+        """The match ``ac.scan(state, held)`` finds, where ``held`` is what the decoder
+        holds rendered as final (less the prompt's skipped characters), or None.
+
+        Why not that scan itself: it runs after every id while the decoder holds text, and
+        a SentencePiece byte run can grow without bound, so it would cost O(run) per id
+        (O(N^2) for a long run of byte pieces). Instead, while the held text only grows,
+        scan only what it added, from where the last scan ended (``_prov``); while it is all
+        U+FFFD (a run ending inside a character), only a stop with U+FFFD can match.
+        """
+        dec = self._dec
+        ac = self._ac
+        if not self._skip_chars:
+            prov = self._prov
+            since = prov[2] if prov is not None and prov[0] is ac and prov[1] == state else None
+            growth = dec.final_growth(since)
+            if growth is not None:
+                added, mark = growth
+                at = prov[3] if since is not None and since[0] == mark[0] else state  # type: ignore[index]
+                at, hit = ac.scan(at, added)
+                if hit is None:  # never past a match: a later call must find it again
+                    self._prov = (ac, state, mark, at)
+                return hit
+            if not self._fffd_stops and dec.renders_replacement():
+                return None
+        held = dec.peek_final()[self._skip_chars :]
+        return ac.scan(state, held)[1] if held else None
 
     def _unskip(self, text: str) -> str:
         """Drop what the prompt's held tail already stands for (see from_tokenizer)."""

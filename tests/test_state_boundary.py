@@ -87,6 +87,36 @@ def test_stop_inside_a_byte_fallback_run_stops_at_the_completing_byte(mistral_v1
     assert (d.text, d.stop_reason, d.consumed, s.token_ids) == ("a", "ᄀ", 4, ids[:4])
 
 
+@pytest.mark.parametrize("verb", ["push", "push_text"])
+def test_a_long_byte_fallback_run_is_scanned_once_not_once_per_byte(mistral_v1, monkeypatch, verb):
+    """Invariant 3 on SentencePiece: a run of byte pieces is held until it ends, and after
+    every byte the held text, rendered as final, is checked for a stop. Checking all of
+    it each time is O(run) per byte (O(N^2) over a long run of emoji or rare script);
+    the stream scans only what each byte added. A stop completing inside a run is still
+    found (the test above), and one completing at the end of this run too."""
+    from detok_plugin._matcher import Matcher
+
+    scanned = []
+    real = Matcher.scan
+
+    def counting(self, state, text):
+        scanned.append(len(text))
+        return real(self, state, text)
+
+    monkeypatch.setattr(Matcher, "scan", counting)
+    text = "🫨" * 400 + "👍"
+    ids = mistral_v1.encode(text, add_special_tokens=False)
+    assert len(ids) > 1600 and mistral_v1.decode(ids) == text
+    for stops, want in ((["\n\nUser:"], text), (["🫨👍"], "🫨" * 399)):
+        scanned.clear()
+        s = DetokenizerState.from_tokenizer(mistral_v1, stop=stops, eos_token_ids=())
+        got = "".join(getattr(s, verb)(i) if verb == "push_text" else s.push(i).text for i in ids)
+        if not s.finished:
+            got += s.finish().text
+        assert got == want
+        assert sum(scanned) <= 4 * len(text)  # a few scans per character (per byte: over 10^6)
+
+
 def test_stop_that_is_a_prefix_of_another():
     t = table_of("one", "ab", "c")
     _, ds = run(t, [0, 1, 2], stop=["abc", "ab"])
