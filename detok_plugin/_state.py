@@ -164,10 +164,10 @@ class DetokenizerState:
         "_steps",
         "_pending",
         "_hot_static",
-        "_fffd_stops",
-        "_prov",
         "_skip_chars",
         "_done",
+        "_fffd_stops",
+        "_prov",
         "_log_text",
         "_log_kind",
         "path",
@@ -346,9 +346,8 @@ class DetokenizerState:
         # contain a stop's characters: never when it is all U+FFFD and no stop has one.
         self._fffd_stops = any("\ufffd" in s for s in stops)
         self._prov: tuple[Any, int, Any, int] | None = None  # _held_hit's last scan of held text
-        self._held_may_stop = self._has_stops[_CONTENT] and (
-            not dec.held_is_replacement or any("\ufffd" in s for s in stops)
-        )
+        self._held_may_stop = self._has_stops[_CONTENT] and (not dec.held_is_replacement or self._fffd_stops)
+        self._hot = self._hot_static and not self._skip_chars
         self._refresh_hot()
         return self
 
@@ -666,24 +665,27 @@ class DetokenizerState:
         if self._skip_chars and text:
             cut = min(self._skip_chars, len(text))
             self._skip_chars -= cut
+            if not self._skip_chars:
+                self._hot = self._hot_static and not self._done
             return text[cut:]
         return text
 
     # --- internals: the boundary --------------------------------------------------------
 
     def _refresh_hot(self) -> None:
-        """Which hot paths are open, after anything but the ready path changed the stream.
+        """Whether the ready path is open, after anything but the ready path changed the stream.
 
-        ``_hot`` (push_text's own path): a table, no tags, stop ids or max_tokens, nothing
-        skipped, stream live; stop strings may be live. ``_ready`` (push's and push_text's
-        ready path): the ready table while ``_hot`` holds, the decoder is idle (nothing
-        held: its next text does not depend on the past) and no stop is partly matched;
-        otherwise None. An id's ready text then is exactly what the checked path would emit,
-        and the ready path changes nothing else, so ``_ready`` stays right until a token
-        takes another path (each of which ends here).
+        ``_hot`` (push_text's own path, kept where its inputs change: construction,
+        ``_unskip``, ``_close``, ``finish``): a table, no tags, stop ids or max_tokens,
+        nothing skipped, stream live; stop strings may be live. ``_ready`` (push's and
+        push_text's ready path): the ready table while ``_hot`` holds, the decoder is idle
+        (nothing held: its next text does not depend on the past) and no stop is partly
+        matched; otherwise None. An id's ready text then is exactly what the checked path
+        would emit, and the ready path changes nothing else, so ``_ready`` stays right
+        until a token takes another path (each of which ends here). ``ready`` is the same
+        for callers, on streams without a log.
         """
-        self._hot = hot = self._hot_static and not self._skip_chars and not self._done
-        self._ready = ready = self._ready_texts if hot and self._dec.idle and not self._ac_state else None
+        self._ready = ready = self._ready_texts if self._hot and self._dec.idle and not self._ac_state else None
         self.ready = None if self._keep_log else ready
 
     def _check_range(self, tid: int, position: int) -> None:
@@ -844,6 +846,7 @@ class DetokenizerState:
             self._end_tool(out, unterminated=True)
             self._set_mode(_CONTENT)
         self._done = True
+        self._hot = False
 
 
 def _vocab_size(tokenizer: Any) -> int:
