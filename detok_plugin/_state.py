@@ -23,6 +23,7 @@ is ever taken back.
 
 from __future__ import annotations
 
+import functools
 import operator
 from array import array
 from collections.abc import Iterable, Sequence
@@ -274,8 +275,8 @@ class DetokenizerState:
 
         # Stop conditions.
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
-        self._eos_ids = frozenset(eos_default if eos_token_ids is None else eos_token_ids)
-        self._stop_ids = frozenset(stop_token_ids or ()) | self._eos_ids
+        self._eos_ids = frozenset(eos_default if eos_token_ids is None else eos_token_ids) or _NO_IDS
+        self._stop_ids = (frozenset(stop_token_ids or ()) | self._eos_ids) or _NO_IDS
         self._include_stop = include_stop_str_in_output
         self._min_tokens = min_tokens
         self._max_tokens = max_tokens
@@ -287,35 +288,14 @@ class DetokenizerState:
         # Tags and channels: one automaton per channel, over the patterns live in it.
         self._tags = tags
         self._reasoning_mode = reasoning
-        self._kinds: list[list[tuple[str, str]]] = [[], [], []]
-        for s in stops:
-            self._kinds[_CONTENT].append(("stop", s))
-            if stop_in_reasoning:
-                self._kinds[_REASONING].append(("stop", s))
-        if tags is not None:
-            if tags.reasoning_open and tags.reasoning_close:
-                self._kinds[_CONTENT].append(("r_open", tags.reasoning_open))
-                self._kinds[_CONTENT].append(("r_close", tags.reasoning_close))
-                self._kinds[_REASONING].append(("r_close", tags.reasoning_close))
-            if tags.tool_open:
-                self._kinds[_CONTENT].append(("t_open", tags.tool_open))
-                if tags.tool_close:
-                    self._kinds[_TOOL].append(("t_close", tags.tool_close))
-        # A stop kept in the output need not be held: its characters leave either way.
-        self._matchers = tuple(
-            Matcher.build(
-                tuple(p for _, p in kinds),
-                tuple(not (k == "stop" and include_stop_str_in_output) for k, _ in kinds),
-            )
-            if kinds
-            else None
-            for kinds in self._kinds
-        )
-        self._has_stops = tuple(any(k == "stop" for k, _ in kinds) for kinds in self._kinds)
-        self._id_tags = _id_tags(table, tags) if tags is not None and table is not None and skip_special_tokens else {}
+        # Shared per configuration (_channels), not built per stream.
+        self._kinds, self._matchers, self._has_stops = _channels(stops, tags, stop_in_reasoning, include_stop_str_in_output)
+        self._id_tags = _id_tags(table, tags) if tags is not None and table is not None and skip_special_tokens else _NO_ID_TAGS
         self._mode = _CONTENT
-        self._log_text: list[str] = []
-        self._log_kind: list[int] = []
+        # Per-stream containers only where they are used: a request's objects spread the
+        # serving loop's own, so fewer per stream is a cheaper step (docs/benchmarks.md).
+        self._log_text: list[str] = [] if keep_log else _NO_LOG  # type: ignore[assignment]
+        self._log_kind: list[int] = [] if keep_log else _NO_LOG  # type: ignore[assignment]
         self._keep_log = keep_log
         if tags is not None and tags.reasoning_open and tags.reasoning_close and prompt:
             # A template that ends inside an open reasoning block (``<think>\n``) starts the
@@ -328,7 +308,7 @@ class DetokenizerState:
         self._ac_state = 0
         self._pending = ""
         self._tool_index = -1
-        self._tool_body: list[str] = []
+        self._tool_body: list[str] = [] if tags is not None else _NO_LOG  # type: ignore[assignment]
         # The hot paths (see _refresh_hot): a table, no tags, stop ids or max_tokens. Stop
         # strings may be live: a token whose text has no first character of a stop, with
         # nothing held or partly matched, leaves at once. _first finds such a character
@@ -847,6 +827,39 @@ class DetokenizerState:
             self._set_mode(_CONTENT)
         self._done = True
         self._hot = False
+
+
+_NO_IDS: frozenset[int] = frozenset()
+_NO_ID_TAGS: dict[int, tuple[str, str]] = {}  # shared: read, never written
+_NO_LOG: tuple[()] = ()  # shared: stands for a list nothing is ever appended to
+
+
+@functools.lru_cache(maxsize=256)
+def _channels(
+    stops: tuple[str, ...], tags: TagSet | None, stop_in_reasoning: bool, include_stop: bool
+) -> tuple[tuple[tuple[tuple[str, str], ...], ...], tuple[Matcher | None, ...], tuple[bool, ...]]:
+    """Per channel: the patterns live in it as (kind, pattern), its automaton, and whether
+    a stop is among them. The same for every stream with the same options."""
+    kinds: tuple[list[tuple[str, str]], ...] = ([], [], [])
+    for s in stops:
+        kinds[_CONTENT].append(("stop", s))
+        if stop_in_reasoning:
+            kinds[_REASONING].append(("stop", s))
+    if tags is not None:
+        if tags.reasoning_open and tags.reasoning_close:
+            kinds[_CONTENT].append(("r_open", tags.reasoning_open))
+            kinds[_CONTENT].append(("r_close", tags.reasoning_close))
+            kinds[_REASONING].append(("r_close", tags.reasoning_close))
+        if tags.tool_open:
+            kinds[_CONTENT].append(("t_open", tags.tool_open))
+            if tags.tool_close:
+                kinds[_TOOL].append(("t_close", tags.tool_close))
+    # A stop kept in the output need not be held: its characters leave either way.
+    matchers = tuple(
+        Matcher.build(tuple(p for _, p in k), tuple(not (kind == "stop" and include_stop) for kind, _ in k)) if k else None
+        for k in kinds
+    )
+    return tuple(tuple(k) for k in kinds), matchers, tuple(any(kind == "stop" for kind, _ in k) for k in kinds)
 
 
 def _vocab_size(tokenizer: Any) -> int:

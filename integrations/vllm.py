@@ -178,7 +178,7 @@ class VllmDetokenizer:
         state.include_stop = bool(params.include_stop_str_in_output)
         state.delta = getattr(params.output_kind, "name", None) == "DELTA" if delta is None else delta
         state.stop_terminated = False  # whether a step said stop_terminated
-        state.pieces = []  # not DELTA: every released piece
+        state.pieces = None if state.delta else []  # not DELTA: every released piece
         state.text = ""  # not DELTA: the pieces folded so far
         state.folded = 0
         state.delta_from = 0
