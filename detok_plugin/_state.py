@@ -624,19 +624,22 @@ class DetokenizerState:
         """
         dec = self._dec
         ac = self._ac
-        if not self._skip_chars:
-            prov = self._prov
-            since = prov[2] if prov is not None and prov[0] is ac and prov[1] == state else None
-            growth = dec.final_growth(since)
-            if growth is not None:
-                added, mark = growth
-                at = prov[3] if since is not None and since[0] == mark[0] else state  # type: ignore[index]
-                at, hit = ac.scan(at, added)
-                if hit is None:  # never past a match: a later call must find it again
-                    self._prov = (ac, state, mark, at)
-                return hit
-            if not self._fffd_stops and dec.renders_replacement():
-                return None
+        prov = self._prov
+        since = prov[2] if prov is not None and prov[0] is ac and prov[1] == state else None
+        growth = dec.final_growth(since)
+        if growth is not None:
+            added, mark = growth
+            if since is not None and since[0] == mark[0]:
+                at = prov[3]  # type: ignore[index]
+            else:  # the whole held text: less what the prompt's held tail stands for
+                at = state
+                added = added[self._skip_chars :]
+            at, hit = ac.scan(at, added)
+            if hit is None:  # never past a match: a later call must find it again
+                self._prov = (ac, state, mark, at)
+            return hit
+        if not self._fffd_stops and dec.renders_replacement():
+            return None
         held = dec.peek_final()[self._skip_chars :]
         return ac.scan(state, held)[1] if held else None
 
