@@ -119,7 +119,7 @@ class _RequestState(DetokenizerState):
     that leave its ready path (so that the adapter itself stays four slots)."""
 
     __slots__ = (
-        "delta", "include_stop", "pieces", "text", "folded", "delta_from", "stop_terminated", "closed",
+        "include_stop", "pieces", "text", "folded", "delta_from", "stop_terminated", "closed",
         "tokenizer", "request",
     )
 
@@ -158,6 +158,9 @@ class VllmDetokenizer:
     def __init__(self, tokenizer: Any, request: Any, *, delta: bool | None = None) -> None:
         params = request.sampling_params
         stop = params.stop
+        include_stop = bool(params.include_stop_str_in_output)
+        if delta is None:
+            delta = getattr(params.output_kind, "name", None) == "DELTA"
         # The verified table is cached per tokenizer object and the stop automaton per stop
         # tuple, so setup per request is the prompt's decoder state.
         self._state = state = _RequestState.from_tokenizer(
@@ -168,17 +171,16 @@ class VllmDetokenizer:
             stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
             stop_token_ids=(),
             eos_token_ids=(),
-            include_stop_str_in_output=bool(params.include_stop_str_in_output),
+            include_stop_str_in_output=include_stop,
             min_tokens=params.min_tokens,
             request_id=request.request_id,
             keep_log=False,  # the adapter keeps the released text itself
         )
         state.tokenizer = tokenizer  # kept for a cumulative call on a DELTA request
         state.request = request
-        state.include_stop = bool(params.include_stop_str_in_output)
-        state.delta = getattr(params.output_kind, "name", None) == "DELTA" if delta is None else delta
+        state.include_stop = include_stop
         state.stop_terminated = False  # whether a step said stop_terminated
-        state.pieces = None if state.delta else []  # not DELTA: every released piece
+        state.pieces = None if delta else []  # not DELTA: every released piece
         state.text = ""  # not DELTA: the pieces folded so far
         state.folded = 0
         state.delta_from = 0
@@ -188,11 +190,12 @@ class VllmDetokenizer:
         # are not the ids the state took (a stop token it does not feed, an id past the
         # vocabulary). Its length is also what min_tokens counts, as in stock vLLM.
         self.token_ids: list[int] = state.token_ids
-        # DELTA: released since the last delta call. None on other kinds, which keep pieces.
-        self._unsent: str | None = "" if state.delta else None
+        # DELTA: released since the last delta call. None on other kinds, which keep pieces
+        # (so ``_unsent is not None`` is how the adapter tells a DELTA request).
+        self._unsent: str | None = "" if delta else None
         # The state's ready table (DetokenizerState.ready), mirrored after every call into
         # the state, on DELTA requests: a ready id's step is an index and an append here.
-        self._ready = state.ready if state.delta else None
+        self._ready = state.ready if delta else None
 
     @property
     def request_id(self) -> str:
