@@ -73,6 +73,19 @@ class StreamDecoder(ABC):
         """Whether ``peek_final()`` is all U+FFFD now (so it matches no stop without one)."""
         return self.held_is_replacement
 
+    #: ``snapshot()`` with nothing held.
+    IDLE: Any = None
+
+    def snapshot(self) -> Any:
+        """A small hashable value that, given to ``restore``, puts any decoder of this table
+        back in the state it is in now; None where there is none (the state is not worth
+        keeping: a SentencePiece byte run, a generic window)."""
+        return None
+
+    def restore(self, snapshot: Any) -> None:
+        """Return to the state ``snapshot`` was taken in (a value ``snapshot`` returned)."""
+        raise NotImplementedError
+
 
 class ByteLevelStream(StreamDecoder):
     """Byte-level BPE: concatenate token bytes, decode UTF-8 incrementally.
@@ -162,6 +175,15 @@ class ByteLevelStream(StreamDecoder):
 
     def holds(self) -> bool:
         return bool(self._tail)
+
+    IDLE = b""
+
+    def snapshot(self) -> bytes:
+        return self._tail  # the bytes of an unfinished character are the whole state
+
+    def restore(self, snapshot: bytes) -> None:
+        self._tail = snapshot
+        self.idle = not snapshot
 
     def flush(self) -> str:
         tail, self._tail = self._tail, b""
@@ -279,6 +301,22 @@ class SentencePieceStream(StreamDecoder):
 
     def holds(self) -> bool:
         return self._run_len > 0 and not self._run_bad
+
+    IDLE = ()
+
+    def snapshot(self) -> tuple[()] | None:
+        # Idle (no run open, the strip decided) is one state; a run is not kept.
+        return () if self.idle else None
+
+    def restore(self, snapshot: tuple[()]) -> None:
+        if not self.idle:
+            self._run_serial += 1
+            self._run_text.clear()
+            self._run_len = 0
+            self._run_bad = False
+            self._dec.reset()
+            self._strip = False
+            self.idle = True
 
     def flush(self) -> str:
         return self._out(self._close_run())

@@ -137,12 +137,19 @@ class DetokenizerState:
     ``min_tokens`` and ``max_tokens`` compare with.
 
     ``ready``, for a serving loop that takes the ready path itself (see docs/design.md):
-    None, or a table indexed by token id. While it is not None, for an id ``i`` with
-    ``0 <= i < len(ready)`` whose entry is a str, ``push_text(i)`` would append ``i`` to
-    ``token_ids`` and return that str, and change nothing else; a caller may do exactly
-    that itself instead of the call. It changes only when a call takes another path: read
-    it again after every call into the state. Always None on a stream with tags or one that
-    keeps a log (its ready path logs too).
+    None, or the table of the stream's current state, indexed by token id (a list or a
+    dict: an id it lacks, or whose entry is None, is not learnt). For an id ``i >= 0`` in it:
+
+    * an entry that is a str: ``push_text(i)`` would append ``i`` to ``token_ids``, return
+      that str and change nothing else, so a caller may do exactly that instead of the call;
+    * a tuple ``(text, table)``, a move: ``push_text(i)`` would append ``i``, return
+      ``text`` and put the stream in the state whose table is ``table``. A caller may do
+      that itself too, going on from ``table``; before its next call into the stream it
+      must say where it is with ``resume(table)``.
+
+    It changes only when a call takes another path: read it again after every call into
+    the state. Always None on a stream with tags or one that keeps a log (its ready path
+    logs too).
     """
 
     # Slot order is memory order: what the ready path reads comes first (four slots), then
@@ -159,7 +166,8 @@ class DetokenizerState:
         "_hot",
         "_dec",
         "_ac_state",
-        "_ready_texts",
+        "_at",
+        "_plan",
         "_first",
         "_held_may_stop",
         "_steps",
@@ -317,10 +325,10 @@ class DetokenizerState:
         self._hot_static = self._vocab is not None and tags is None and not self._stop_ids and max_tokens is None
         self._first = content.find_first if content is not None else None
         self._steps = content.steps if content is not None else ()
-        self._ready_texts = (
-            table.ready_texts(content.first_chars if content is not None else "", skip_special_tokens)
-            if self._hot_static and table is not None
-            else None
+        # What streams with this table, automaton and skip flag learnt: per stream state, what
+        # each id does there (see ReadyPlan; ``ready`` and ``_ready`` are its tables).
+        self._plan = (
+            table.ready_plan(content, skip_special_tokens, dec.IDLE) if self._hot_static and table is not None else None
         )
         # Text the decoder holds can complete a stop only if, rendered as final, it can
         # contain a stop's characters: never when it is all U+FFFD and no stop has one.
@@ -336,7 +344,7 @@ class DetokenizerState:
     def push(self, ids: int | Sequence[int]) -> Delta:
         """Add one id or several (a speculative step); return what is now settled."""
         ready = self._ready
-        if ready is not None and type(ids) is int and 0 <= ids < self._size and (text := ready[ids]) is not None:
+        if ready is not None and type(ids) is int and 0 <= ids < self._size and (text := ready[ids]).__class__ is str:
             # The ready path (see _refresh_hot): this id's text leaves as it is.
             self.token_ids.append(ids)
             if text:
@@ -394,7 +402,7 @@ class DetokenizerState:
         self._close(out)
         self._dec = None  # type: ignore[assignment]
         self._hot = False
-        self._ready = self.ready = None
+        self._ready = self.ready = self._at = None
         return self._delta(out, 0)
 
     @property
@@ -451,7 +459,7 @@ class DetokenizerState:
         """
         tid = token_id
         ready = self._ready
-        if ready is not None and type(tid) is int and 0 <= tid < self._size and (text := ready[tid]) is not None:
+        if ready is not None and type(tid) is int and 0 <= tid < self._size and (text := ready[tid]).__class__ is str:
             # The ready path (see _refresh_hot): nothing held, nothing partly matched, and
             # this id's text holds no first character of a stop. One index, then it leaves.
             self.token_ids.append(tid)
@@ -461,17 +469,16 @@ class DetokenizerState:
             return text
         if self._hot and type(tid) is int and 0 <= tid < self._size:
             # Content only, nothing skipped, stream live, but this id is not ready: the
-            # decoder holds bytes, a stop is partly matched, or the text is new to the ready
-            # table or may start a stop. An idle decoder's text is still one index away.
+            # decoder holds bytes, a stop is partly matched, the id moves the stream to
+            # another state, or it is new here. An idle decoder's text is one index away.
+            before = self._at  # this state's table in the plan (None: not tabled)
+            pure = True  # whether the outcome is a function of the state and the id alone
             dec = self._dec
-            if dec.idle and (text := dec.quick[tid]) is not None:
-                quick = True
-            else:
+            if not dec.idle or (text := dec.quick[tid]) is None:
                 try:
                     text = dec.feed_one(tid)
                 except TypeError:  # a hole in the vocabulary: the checked path raises
                     return self.push(tid).text
-                quick = False
             self.token_ids.append(tid)
             first = self._first  # None: no stop strings
             if first is not None:
@@ -485,16 +492,15 @@ class DetokenizerState:
                 elif held or self._ac_state or (text and first(text) is not None):
                     # A stop is partly matched, may start in this text, or may complete in
                     # what the decoder holds: the boundary scan decides.
-                    text = self._scan_text(text)
-                else:
-                    if quick:
-                        # No first character of a stop: ready from now on (ready_texts).
-                        self._ready_texts[tid] = text  # type: ignore[index]
-                    if text and self._keep_log:
-                        self._log(_CONTENT, text)
+                    text, pure = self._scan_text(text, held)
+                elif text and self._keep_log:
+                    self._log(_CONTENT, text)
             elif text and self._keep_log:
                 self._log(_CONTENT, text)
             self._refresh_hot()
+            if pure and before is not None and (after := self._at) is not None:
+                # Learnt: the next stream in this state takes this id from the table.
+                before[tid] = text if after is before else (text, after)
             return text
         if self._tags is not None:
             raise ValueError("push_text() returns content only; a stream with tags needs push()")
@@ -508,18 +514,18 @@ class DetokenizerState:
                 return self._push_one(tid, True)  # type: ignore[return-value]
         return self.push(tid).text
 
-    def _scan_text(self, text: str) -> str:
+    def _scan_text(self, text: str, held: bool) -> tuple[str, bool]:
         """push_text's boundary step when a stop may be involved (content is the only
         channel). The common outcome, no stop completes in the text nor in what the decoder
         holds rendered as final (the provisional check of ``_take_settled``), is ``_take``'s
         no-match branch without building an ``_Out``; any other goes through ``_settle``,
-        which scans again from the same state and decides."""
+        which scans again from the same state and decides. Also returns whether the outcome
+        is a function of the start node and the text alone (no match, no held text checked;
+        a match may depend on min_tokens)."""
         ac = self._ac
         start = self._ac_state
         state, hit = ac.scan(start, text)
         if hit is None:
-            dec = self._dec
-            held = self._held_may_stop and not dec.idle and dec.holds()
             if not held or self._held_hit(state) is None:
                 scanned = text
                 text = self._advance(state, text)
@@ -530,10 +536,10 @@ class DetokenizerState:
                     memo[scanned] = (text, state, self._pending)
                 if text:
                     self._log(_CONTENT, text)
-                return text
+                return text, not held
         out = _Out()
         self._settle(text, out)
-        return "".join(out.text)
+        return "".join(out.text), False
 
     def _push_one(self, tid: int, as_text: bool = False) -> Delta | str:
         """``push`` of one checked id that is no stop token or id tag: ``_step`` without
@@ -656,20 +662,48 @@ class DetokenizerState:
     # --- internals: the boundary --------------------------------------------------------
 
     def _refresh_hot(self) -> None:
-        """Whether the ready path is open, after anything but the ready path changed the stream.
+        """Which table of the plan the stream is at, after anything but the ready path
+        changed it.
 
         ``_hot`` (push_text's own path, kept where its inputs change: construction,
         ``_unskip``, ``_close``, ``finish``): a table, no tags, stop ids or max_tokens,
-        nothing skipped, stream live; stop strings may be live. ``_ready`` (push's and
-        push_text's ready path): the ready table while ``_hot`` holds, the decoder is idle
-        (nothing held: its next text does not depend on the past) and no stop is partly
-        matched; otherwise None. An id's ready text then is exactly what the checked path
-        would emit, and the ready path changes nothing else, so ``_ready`` stays right
-        until a token takes another path (each of which ends here). ``ready`` is the same
-        for callers, on streams without a log.
+        nothing skipped, stream live; stop strings may be live. ``_at``: the plan's table
+        of the stream's state while ``_hot`` holds and the state is tabled (the root with
+        nothing held and nothing partly matched; a held state's own while the decoder can
+        snapshot it and no stop may complete in what it holds); otherwise None. ``_ready``
+        (push's and push_text's ready path): the root while at it, else None. A str entry
+        of the root is then exactly what the checked path would emit, and the ready path
+        changes nothing else, so ``_ready`` stays right until a token takes another path
+        (each of which ends here). ``ready`` is ``_at`` for callers, on streams without a
+        log.
         """
-        self._ready = ready = self._ready_texts if self._hot and self._dec.idle and not self._ac_state else None
-        self.ready = None if self._keep_log else ready
+        if not self._hot:
+            self._ready = self.ready = self._at = None
+            return
+        dec = self._dec
+        if dec.idle and not self._ac_state:
+            self._ready = at = self._plan.root  # type: ignore[union-attr]
+        else:
+            self._ready = at = None
+            if not (self._held_may_stop and dec.holds()) and (snap := dec.snapshot()) is not None:
+                at = self._plan.table(snap, self._ac_state, self._pending)  # type: ignore[union-attr]
+        self._at = at
+        self.ready = None if self._keep_log else at
+
+    def resume(self, table: Any) -> None:
+        """Tell the stream which of its plan's tables a caller that takes ``ready`` itself
+        is at now (after a move entry, see ``ready``); before its next call into the
+        stream, which otherwise goes on from where it last answered."""
+        if table is self._at:
+            return
+        if not self._hot or self._plan is None:
+            raise ValueError("resume() on a stream that offers no ready table")
+        snap, node, held = self._plan.where(table)
+        self._dec.restore(snap)
+        self._ac_state = node
+        self._pending = held
+        self._prov = None
+        self._refresh_hot()
 
     def _check_range(self, tid: int, position: int) -> None:
         vocab = self._vocab

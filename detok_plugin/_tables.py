@@ -31,7 +31,8 @@ __all__ = ["Family", "TokenTable", "build_table", "decode_with_table", "eos_toke
 
 Family = Literal["byte_level", "sentencepiece", "generic"]
 
-_MAX_READY_SETS = 16  # distinct first-character sets kept per table (1.2 MB each for Qwen3)
+_MAX_PLANS = 16  # ready plans kept per table (a root list of 1.2 MB each for Qwen3)
+_MAX_PLAN_STATES = 256  # tables for held states per plan (small dicts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +60,8 @@ class TokenTable:
     splits: tuple[tuple[str, bytes] | None, ...] = field(default=(), repr=False, compare=False)
     #: Whether some id below ``vocab_size`` has no piece (derived; checked once here).
     has_holes: bool = field(default=False, init=False, repr=False, compare=False)
-    #: Per set of first characters and skip flag, the quick texts known to hold none of
-    #: them (ready_texts).
-    _ready: dict[tuple[str, bool], list[str | None]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
+    #: Per automaton (None: no stop strings) and skip flag, the ready plan (ready_plan).
+    _plans: dict[tuple[Any, bool], "ReadyPlan"] = field(default_factory=dict, init=False, repr=False, compare=False)
     _quick: dict[bool, tuple[str | None, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -96,28 +94,63 @@ class TokenTable:
             got = self._quick.setdefault(skip_special_tokens, tuple(base))
         return got
 
-    def ready_texts(self, chars: str, skip_special_tokens: bool) -> Sequence[str | None]:
-        """Per id, the text that leaves at once when it arrives at a stream with nothing held
-        and nothing partly matched, whose stop strings start with one of ``chars``; None
-        where the stream must look closer (no quick text, a text holding one of ``chars``,
-        or one not learnt yet).
-
-        Without ``chars`` (no stop strings) that is ``quick_texts`` itself. With them, a
-        list that starts empty and that streams fill in (``DetokenizerState`` writes an id's
-        quick text the first time it sees that it holds none of ``chars``), shared by every
-        stream on this table with the same first characters: a stream's common token is then
-        one index, with no search and no per-id flag to read beside it. At most
-        ``_MAX_READY_SETS`` lists per table; past that they start again.
-        """
-        if not chars:
-            return self.quick_texts(skip_special_tokens)
-        key = (chars, skip_special_tokens)
-        got = self._ready.get(key)
+    def ready_plan(self, matcher: Any, skip_special_tokens: bool, idle: Any) -> "ReadyPlan":
+        """The ready plan shared by every stream on this table with this stop automaton
+        (``matcher``, None without stop strings) and skip flag; ``idle`` is the decoder's
+        snapshot with nothing held. At most ``_MAX_PLANS`` per table; past that they start
+        again (streams keep the plan they have)."""
+        key = (matcher, skip_special_tokens)
+        got = self._plans.get(key)
         if got is None:
-            if len(self._ready) >= _MAX_READY_SETS:  # unbounded stop sets: start again
-                self._ready.clear()
-            got = self._ready.setdefault(key, [None] * len(self.pieces))
+            if len(self._plans) >= _MAX_PLANS:  # unbounded stop sets: start again
+                self._plans.clear()
+            root: list[Any] = list(self.quick_texts(skip_special_tokens)) if matcher is None else [None] * len(self.pieces)
+            got = self._plans.setdefault(key, ReadyPlan(root, idle))
         return got
+
+
+class ReadyPlan:
+    """What streams on one table, automaton and skip flag have learnt: per stream state, a
+    table of what each id does there, filled in as streams meet ids (``DetokenizerState``
+    writes an entry when the outcome is a function of the state and the id alone).
+
+    A stream state is the decoder's snapshot (the bytes of an unfinished character; a
+    SentencePiece decoder is tabled only with no byte run open) and the automaton node
+    (what is held for a partial stop is a function of the node). ``root`` is the state
+    with nothing held and nothing partly matched, a list indexed by id; every other state
+    has a dict keyed by id. An entry is None (not learnt: ask the stream), a str (the text
+    that leaves; the stream stays in this state) or a tuple ``(text, table)`` (the text
+    that leaves, and the table of the state the stream moves to).
+
+    ``root`` starts as the quick texts without stop strings and empty with them. At most
+    ``_MAX_PLAN_STATES`` held states get a table; streams in others take the checked path.
+    """
+
+    __slots__ = ("root", "_tables", "_where")
+
+    def __init__(self, root: list[Any], idle: Any) -> None:
+        self.root = root
+        self._tables: dict[tuple[Any, int], dict[int, Any]] = {}
+        # id(table) -> (decoder snapshot, node, held text): where a table's stream stands.
+        self._where: dict[int, tuple[Any, int, str]] = {id(root): (idle, 0, "")}
+
+    def table(self, snapshot: Any, node: int, held: str) -> dict[int, Any] | None:
+        """The table of a held state (not the root), made on first use; None past the bound."""
+        key = (snapshot, node)
+        got = self._tables.get(key)
+        if got is None:
+            if len(self._tables) >= _MAX_PLAN_STATES:
+                return None
+            got = self._tables[key] = {}
+            self._where[id(got)] = (snapshot, node, held)
+        return got
+
+    def where(self, table: Any) -> tuple[Any, int, str]:
+        """(decoder snapshot, automaton node, held text) of one of this plan's tables."""
+        try:
+            return self._where[id(table)]
+        except KeyError:
+            raise ValueError("not a table of this stream's ready plan") from None
 
 
 def _standalone(piece: bytes | None) -> str | None:

@@ -226,17 +226,22 @@ class VllmDetokenizer:
             ready = self._ready
             if ready is not None:
                 # The ready path (DetokenizerState.ready): what push_text would do, without
-                # the call.
+                # the call. A move also changes the table the next id is looked up in.
                 try:
-                    text = ready[tid] if tid >= 0 else None
-                except (TypeError, IndexError):  # not an id, or past the table: the state says
+                    # An int only: a dict table would take 1.0 for 1.
+                    text = ready[tid] if tid.__class__ is int and tid >= 0 else None
+                except (IndexError, KeyError):  # past the table, or not learnt
                     text = None
                 if text is not None:
                     self.token_ids.append(tid)
+                    if text.__class__ is not str:
+                        text, self._ready = text
                     self._unsent += text  # type: ignore[operator]
                     return None
             # One id, no stop token: push_text (content only, no Delta built) appends it.
             state = self._state
+            if ready is not state.ready and ready is not None:
+                state.resume(ready)  # the moves above left the state behind
             try:
                 text = state.push_text(tid)
             except TokenIdError as exc:
@@ -258,6 +263,7 @@ class VllmDetokenizer:
         if not new_token_ids:
             return None
         state = self._state
+        self._resume()
         state.stop_terminated = state.stop_terminated or stop_terminated
         fed = new_token_ids[:-1] if stop_terminated and not state.include_stop else new_token_ids
         kept = len(new_token_ids)
@@ -276,6 +282,13 @@ class VllmDetokenizer:
         self.token_ids.extend(new_token_ids[:kept])
         return stop
 
+    def _resume(self) -> None:
+        """Before any call into the state: tell it where the moves on the ready path left
+        the stream (DetokenizerState.resume)."""
+        ready = self._ready
+        if ready is not None and ready is not self._state.ready:
+            self._state.resume(ready)
+
     def _keep(self, text: str) -> None:
         if self._unsent is not None:
             self._unsent += text
@@ -293,6 +306,7 @@ class VllmDetokenizer:
     def _output_text(self, finished: bool, delta: bool) -> str:
         state = self._state
         if finished and not state.closed:
+            self._resume()
             state.closed = True
             if not state.finished:  # a stop string closed it already otherwise
                 tail = state.finish().text

@@ -386,6 +386,7 @@ def test_push_text_equals_push_and_the_reference(real_tokenizer, data):
     a = DetokenizerState.from_tokenizer(tok, **kw)
     b = DetokenizerState.from_tokenizer(tok, **kw)
     c = DetokenizerState.from_tokenizer(tok, keep_log=False, **kw)  # a caller on DetokenizerState.ready
+    at = c.ready  # the table c's caller is at: it takes entries and moves itself
     got = []
     for i in ids:
         if a.finished:
@@ -393,14 +394,22 @@ def test_push_text_equals_push_and_the_reference(real_tokenizer, data):
         got.append(b.push_text(i))
         assert a.push(i).text == got[-1]
         assert (a.finish_reason, a.stop_reason, a.token_ids) == (b.finish_reason, b.stop_reason, b.token_ids)
-        ready = c.ready
-        if ready is not None and ready[i] is not None:
+        entry = (at.get(i) if isinstance(at, dict) else at[i]) if at is not None else None
+        if entry is not None:
             c.token_ids.append(i)
-            assert ready[i] == got[-1]
+            if isinstance(entry, tuple):
+                entry, at = entry
+            assert entry == got[-1]
         else:
+            if at is not None:
+                c.resume(at)
             assert c.push_text(i) == got[-1]
+            at = c.ready
         assert (c.finish_reason, c.stop_reason, c.token_ids) == (b.finish_reason, b.stop_reason, b.token_ids)
     assert a.finished == b.finished == c.finished
+    if at is not None:
+        c.resume(at)  # where the moves left c: its finish releases what that state holds
+    assert ("" if c.finished else c.finish().text) == ("" if a.finished else a.finish().text)
     # The same ids again through a fresh stream: now the scans hit the shared memo
     # (Matcher.steps) and the ready table holds what the first pass learnt.
     again = DetokenizerState.from_tokenizer(tok, **kw)
@@ -419,16 +428,41 @@ def test_push_text_refuses_tags(qwen3):
         s.push_text(1)
 
 
-def test_ready_is_offered_only_to_streams_without_a_log_or_tags(qwen3):
-    """DetokenizerState.ready: the table while nothing is held or partly matched, None
-    while something is, and None always on a stream that keeps a log or has tags."""
+def test_ready_is_the_table_of_the_streams_state_shared_and_learnt(qwen3):
+    """DetokenizerState.ready: the plan's table of the stream's state (the root list with
+    nothing held or partly matched, a dict per held state), learnt from what streams saw,
+    shared by every stream with the same configuration, with moves between states; None
+    where a stop may complete in held text, and always on streams with a log or tags."""
     hello, newline = (qwen3.encode(t, add_special_tokens=False)[0] for t in (" hello", "\n"))
-    s = DetokenizerState.from_tokenizer(qwen3, stop=["\n\nUser:"], eos_token_ids=(), keep_log=False)
-    assert s.ready is not None and s.push_text(hello) == " hello" and s.ready[hello] == " hello"
-    assert s.push_text(newline) == "" and s.ready is None  # "\n" may start the stop: held
-    assert s.push_text(hello) == "\n hello" and s.ready is not None
     split = qwen3.encode("🫨", add_special_tokens=False)
-    assert len(split) > 1 and s.push_text(split[0]) == "" and s.ready is None  # part of 🫨 held
+    assert len(split) == 3
+    kw = dict(stop=["\n\nUser:"], eos_token_ids=(), keep_log=False)
+    s = DetokenizerState.from_tokenizer(qwen3, **kw)
+    root = s.ready
+    assert isinstance(root, list) and s.push_text(hello) == " hello" and root[hello] == " hello"
+    assert s.push_text(newline) == "" and isinstance(s.ready, dict)  # "\n" may start the stop: held
+    after_newline = s.ready
+    assert root[newline] == ("", after_newline)  # a move, learnt
+    assert s.push_text(hello) == "\n hello" and s.ready is root
+    assert after_newline[hello] == ("\n hello", root)
+    assert [s.push_text(i) for i in split] == ["", "", "🫨"]
+    first, second = root[split[0]], None
+    assert first[0] == "" and isinstance(first[1], dict)
+    second = first[1][split[1]]
+    assert second[0] == "" and second[1] is not first[1] and second[1][split[2]] == ("🫨", root)
+    # Another stream with the same options walks the same tables, with no call.
+    t = DetokenizerState.from_tokenizer(qwen3, **kw)
+    assert t.ready is root
+    # A caller that moved tells the stream where it is; the stream goes on from there.
+    text, at = root[newline]
+    t.token_ids.append(newline)
+    t.resume(at)
+    assert t.ready is after_newline and t.push_text(newline) == "" and t.push_text(hello) == "\n\n hello"
+    with pytest.raises(ValueError):
+        t.resume({})  # not a table of t's plan
+    # A stop with U+FFFD may complete in held bytes: that state gets no table.
+    u = DetokenizerState.from_tokenizer(qwen3, stop=["\ufffd"], eos_token_ids=(), keep_log=False)
+    assert u.push_text(split[0]) == "" and u.ready is None
     assert DetokenizerState.from_tokenizer(qwen3, stop=["x"], eos_token_ids=()).ready is None
     assert DetokenizerState.from_tokenizer(qwen3, tags="qwen3", eos_token_ids=(), keep_log=False).ready is None
     s.finish()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from detok_plugin import DetokenizerState, build_table, decode_with_table
 
 
@@ -101,24 +103,36 @@ def test_quick_texts_per_family_and_skip_flag():
     assert sp.quick_texts(True) == ("a", None, "")
 
 
-def test_ready_texts_are_shared_per_first_characters_learnt_and_bounded(qwen3):
-    """One ready table per (first characters, skip flag), shared by every stream on the
-    table; a stream writes an id's text into it once it has seen that the text holds no
-    first character of a stop, never one that does; without stops it is the quick texts;
-    a table keeps at most _MAX_READY_SETS of them."""
-    from detok_plugin._tables import _MAX_READY_SETS
+def test_ready_plans_are_shared_per_automaton_learnt_and_bounded(qwen3):
+    """One ready plan per (stop automaton, skip flag), shared by every stream with those
+    options; its root starts as the quick texts without stops and empty with them, and
+    learns an id only once a stream has seen what it does there; a table keeps at most
+    _MAX_PLANS plans, a plan at most _MAX_PLAN_STATES held states."""
+    from detok_plugin._matcher import Matcher
+    from detok_plugin._tables import _MAX_PLAN_STATES, _MAX_PLANS, ReadyPlan
 
     table, _ = build_table(qwen3)
     a = DetokenizerState.from_tokenizer(qwen3, stop=["\n\nUser:", "Observation:"], eos_token_ids=())
-    b = DetokenizerState.from_tokenizer(qwen3, stop=["Observe", "\nx"], eos_token_ids=())
-    ready = table.ready_texts("\nO", False)
-    assert a._ready_texts is ready and b._ready_texts is ready
+    b = DetokenizerState.from_tokenizer(qwen3, stop=["\n\nUser:", "Observation:"], eos_token_ids=())
+    c = DetokenizerState.from_tokenizer(qwen3, stop=["Observe", "\nx"], eos_token_ids=())  # same first characters
+    assert a._plan is b._plan and c._plan is not a._plan
+    root = a._plan.root
     hello, newline = qwen3.encode(" hello", add_special_tokens=False)[0], qwen3.encode("\n", add_special_tokens=False)[0]
-    assert (ready[hello], ready[newline]) == (None, None)
+    assert (root[hello], root[newline]) == (None, None)
     assert a.push_text(hello) == " hello" and a.push_text(newline) == ""  # "\n" may start a stop
-    assert (ready[hello], ready[newline]) == (" hello", None)
-    assert b._ready is ready and b.push_text(hello) == " hello"  # b takes a's lesson
-    assert table.ready_texts("", True) is table.quick_texts(True)
-    for k in range(_MAX_READY_SETS + 1):
-        table.ready_texts(chr(0x4E00 + k), False)
-    assert len(table._ready) <= _MAX_READY_SETS
+    assert root[hello] == " hello" and root[newline][0] == ""
+    assert b._ready is root and b.push_text(hello) == " hello"  # b takes a's lesson
+    assert c._plan.root[hello] is None
+    plain = table.ready_plan(None, True, b"")
+    assert plain.root == list(table.quick_texts(True)) and plain.root is not table.quick_texts(True)
+    assert table.ready_plan(None, True, b"") is plain
+    for k in range(_MAX_PLANS + 1):
+        table.ready_plan(Matcher.build((chr(0x4E00 + k),)), False, b"")
+    assert len(table._plans) <= _MAX_PLANS
+    fresh = ReadyPlan([None] * 4, b"")  # not a shared plan: this one is filled to its bound
+    made = {id(fresh.table(bytes([0xE4, 0x80 + k % 64, k // 64]), 0, "")) for k in range(_MAX_PLAN_STATES)}
+    assert len(made) == _MAX_PLAN_STATES and fresh.table(b"\xf0", 0, "") is None
+    assert fresh.table(b"\xe4\x80\x00", 0, "") is fresh.table(b"\xe4\x80\x00", 0, "")  # made once
+    assert fresh.where(fresh.root) == (b"", 0, "")
+    with pytest.raises(ValueError):
+        fresh.where([])
