@@ -32,7 +32,7 @@ __all__ = ["Family", "TokenTable", "build_table", "decode_with_table", "eos_toke
 Family = Literal["byte_level", "sentencepiece", "generic"]
 
 _MAX_PLANS = 16  # ready plans kept per table (a root list of 1.2 MB each for Qwen3)
-_MAX_PLAN_STATES = 256  # tables for held states per plan (small dicts)
+_MAX_PLAN_STATES = 1024  # tables for held states per plan (dicts of the ids seen there)
 
 
 @dataclass(frozen=True, slots=True)
