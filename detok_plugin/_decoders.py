@@ -27,7 +27,6 @@ from ._tables import TokenTable, surrogate_prefix
 __all__ = ["ByteLevelStream", "GenericStream", "SentencePieceStream", "StreamDecoder"]
 
 _utf8_decode = codecs.utf_8_decode
-_utf8_strict = codecs.getincrementaldecoder("utf-8")
 _BYTES = tuple(bytes((b,)) for b in range(256))
 
 
@@ -75,16 +74,27 @@ class StreamDecoder(ABC):
 
     #: ``snapshot()`` with nothing held.
     IDLE: Any = None
+    #: Whether ``restore`` rebuilds part of the state from the ids (a snapshot that does not
+    #: hold all of it): then, from a state that holds something, only an id after which the
+    #: decoder still gives nothing and holds on is a function of the snapshot and the id.
+    REPLAYS = False
 
     def snapshot(self) -> Any:
         """A small hashable value that, given to ``restore``, puts any decoder of this table
-        back in the state it is in now; None where there is none (the state is not worth
-        keeping: a SentencePiece byte run, a generic window)."""
+        back in the state it is in now; None where there is none (a generic window)."""
         return None
 
-    def restore(self, snapshot: Any) -> None:
-        """Return to the state ``snapshot`` was taken in (a value ``snapshot`` returned)."""
+    def restore(self, snapshot: Any, ids: Sequence[int], since: int) -> None:
+        """Return to the state ``snapshot`` was taken in (a value ``snapshot`` returned).
+        ``ids[since:]`` are the ids the stream took since this decoder last took one (a
+        caller's moves): a decoder whose snapshot leaves out part of its state (a
+        SentencePiece run's text) takes that part from them."""
         raise NotImplementedError
+
+    def open_run(self) -> tuple[int, int] | None:
+        """An open byte run that may still render as characters: ``final_growth``'s mark for
+        it as it stands (its serial, how many pieces of complete characters it has); else None."""
+        return None
 
 
 class ByteLevelStream(StreamDecoder):
@@ -181,7 +191,7 @@ class ByteLevelStream(StreamDecoder):
     def snapshot(self) -> bytes:
         return self._tail  # the bytes of an unfinished character are the whole state
 
-    def restore(self, snapshot: bytes) -> None:
+    def restore(self, snapshot: bytes, ids: Sequence[int], since: int) -> None:
         self._tail = snapshot
         self.idle = not snapshot
 
@@ -208,7 +218,7 @@ class SentencePieceStream(StreamDecoder):
 
     path = "sentencepiece"
     __slots__ = (
-        "idle", "quick", "_pieces", "_bytes", "_skip", "_strip", "_dec", "_run_text", "_run_len", "_run_bad", "_run_serial",
+        "idle", "quick", "_pieces", "_bytes", "_skip", "_strip", "_tail", "_run_text", "_run_len", "_run_bad", "_run_serial",
     )
 
     def __init__(self, table: TokenTable, *, skip_special_tokens: bool) -> None:
@@ -217,7 +227,7 @@ class SentencePieceStream(StreamDecoder):
         self._bytes = table.byte_values
         self._skip = table.special_ids if skip_special_tokens and table.special_ids else None
         self._strip = table.strip_leading_space
-        self._dec = _utf8_strict("strict")
+        self._tail = b""  # the run's bytes of an unfinished character
         self._run_text: list[str] = []
         self._run_len = 0
         self._run_bad = False
@@ -235,8 +245,7 @@ class SentencePieceStream(StreamDecoder):
     def _render_run(self) -> str:
         if not self._run_len or self._run_bad:
             return ""
-        held, _ = self._dec.getstate()
-        if held:  # an incomplete character at the end: the run is invalid
+        if self._tail:  # an incomplete character at the end: the run is invalid
             return "\ufffd" * self._run_len
         return "".join(self._run_text)
 
@@ -247,7 +256,7 @@ class SentencePieceStream(StreamDecoder):
         self._run_len = 0
         self._run_bad = False
         self.idle = not self._strip
-        self._dec.reset()
+        self._tail = b""
         return text
 
     def _push_byte(self, b: int) -> str:
@@ -255,13 +264,20 @@ class SentencePieceStream(StreamDecoder):
             return "\ufffd"
         self._run_len += 1
         self.idle = False
+        # codecs.utf_8_decode, not final: the C decoder, which stops before an incomplete but
+        # possibly valid tail (a surrogate's prefix is caught here, as the final decode would).
+        data = self._tail + _BYTES[b] if self._tail else _BYTES[b]
         try:
-            self._run_text.append(self._dec.decode(_BYTES[b]))
-            if b >= 0xA0 and surrogate_prefix(self._dec.getstate()[0]):
-                raise UnicodeDecodeError("utf-8", b"", 0, 1, "surrogate")
+            text, used = _utf8_decode(data, "strict", False)
         except UnicodeDecodeError:
+            text, used = "", -1
+        if used < 0 or (used < len(data) and b >= 0xA0 and surrogate_prefix(data[used:])):
             self._run_bad = True
+            self._tail = b""
             return "\ufffd" * self._run_len
+        self._tail = data[used:]
+        if text:
+            self._run_text.append(text)  # complete characters only: final_growth's marks count them
         return ""
 
     def feed(self, ids: Sequence[int]) -> str:
@@ -303,20 +319,67 @@ class SentencePieceStream(StreamDecoder):
         return self._run_len > 0 and not self._run_bad
 
     IDLE = ()
+    REPLAYS = True
 
-    def snapshot(self) -> tuple[()] | None:
-        # Idle (no run open, the strip decided) is one state; a run is not kept.
-        return () if self.idle else None
+    def snapshot(self) -> tuple[()] | bytes | None:
+        """``()`` when idle; in an open run that may still render as characters (the strip
+        decided), the bytes of its unfinished character (``b""`` at a character boundary):
+        the run's text is not in it, ``restore`` takes it from the ids. None otherwise."""
+        if self.idle:
+            return ()
+        if self._run_len and not self._run_bad and not self._strip:
+            return self._tail
+        return None
 
-    def restore(self, snapshot: tuple[()]) -> None:
+    def restore(self, snapshot: tuple[()] | bytes, ids: Sequence[int], since: int) -> None:
         if not self.idle:
-            self._run_serial += 1
-            self._run_text.clear()
-            self._run_len = 0
-            self._run_bad = False
-            self._dec.reset()
+            if snapshot != ():
+                # The run was open when the stream last called: the ids since continue it.
+                start = since
+            else:
+                start = -1
+        else:
+            # Idle then: the run, if one is open now, is the trailing byte pieces (skipped
+            # specials do not close a run) after ``since``.
+            start = len(ids)
+            if snapshot != ():
+                while start > since and self._in_run(ids[start - 1]):
+                    start -= 1
+        if start < 0:
+            self._close_run()
             self._strip = False
             self.idle = True
+            return
+        # Each of those ids continued a run that stayed valid (a move), so their bytes are
+        # decoded at once; the run's pieces may be grouped otherwise than one per id, which
+        # only final_growth's marks see, and those are taken after this.
+        byte_values, n = self._bytes, len(self._bytes)
+        data = bytes([byte_values[i] for i in ids[start:] if 0 <= i < n and byte_values[i] >= 0])
+        if not data:
+            return
+        self._run_len += len(data)
+        self.idle = False
+        data = self._tail + data
+        text, used = _utf8_decode(data, "strict", False)
+        if text:
+            self._run_text.append(text)
+        self._tail = data[used:]
+
+    def _in_run(self, i: int) -> bool:
+        """Whether id ``i`` leaves an open run open: a byte piece, a skipped special token,
+        or an id past the vocabulary (a caller kept it; the decode skips it)."""
+        byte_values = self._bytes
+        return (
+            not 0 <= i < len(byte_values)
+            or byte_values[i] >= 0
+            or self._pieces[i] is None  # a hole: the caller kept it, the decode skips it
+            or (self._skip is not None and i in self._skip)
+        )
+
+    def open_run(self) -> tuple[int, int] | None:
+        if not self._run_len or self._run_bad:
+            return None
+        return self._run_serial, len(self._run_text)
 
     def flush(self) -> str:
         return self._out(self._close_run())
@@ -332,7 +395,7 @@ class SentencePieceStream(StreamDecoder):
         and grows only by appending: what it added since ``since`` is the run's pieces
         after the mark. O(added), where ``peek_final`` is O(run) (so a provisional stop
         check per byte piece stays O(1) amortized however long the run)."""
-        if not self._run_len or self._run_bad or self._dec.getstate()[0]:
+        if not self._run_len or self._run_bad or self._tail:
             return None  # no run, a released one, or one ending inside a character
         serial = self._run_serial
         k = since[1] if since is not None and since[0] == serial else 0
@@ -343,7 +406,7 @@ class SentencePieceStream(StreamDecoder):
         return added, (serial, n)
 
     def renders_replacement(self) -> bool:
-        return bool(self._run_len and not self._run_bad and self._dec.getstate()[0])
+        return bool(self._run_len and not self._run_bad and self._tail)
 
 
 class GenericStream(StreamDecoder):

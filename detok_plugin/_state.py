@@ -144,8 +144,11 @@ class DetokenizerState:
       that str and change nothing else, so a caller may do exactly that instead of the call;
     * a tuple ``(text, table)``, a move: ``push_text(i)`` would append ``i``, return
       ``text`` and put the stream in the state whose table is ``table``. A caller may do
-      that itself too, going on from ``table``; before its next call into the stream it
-      must say where it is with ``resume(table)``.
+      that itself too, going on from ``table``.
+
+    A caller that took any entry itself says where it is with ``resume(table)`` before its
+    next call into the stream (a str entry of a held state may add to what is held: the
+    ids of an open SentencePiece byte run).
 
     It changes only when a call takes another path: read it again after every call into
     the state. Always None on a stream with tags or one that keeps a log (its ready path
@@ -177,6 +180,7 @@ class DetokenizerState:
         "_done",
         "_fffd_stops",
         "_prov",
+        "_synced",
         "_log_text",
         "_log_kind",
         "path",
@@ -475,10 +479,13 @@ class DetokenizerState:
             pure = True  # whether the outcome is a function of the state and the id alone
             dec = self._dec
             if not dec.idle or (text := dec.quick[tid]) is None:
+                busy = not dec.idle
                 try:
                     text = dec.feed_one(tid)
                 except TypeError:  # a hole in the vocabulary: the checked path raises
                     return self.push(tid).text
+                if busy and text and dec.REPLAYS:
+                    pure = False  # a SentencePiece run closed: its text is not in the snapshot
             self.token_ids.append(tid)
             first = self._first  # None: no stop strings
             if first is not None:
@@ -492,7 +499,8 @@ class DetokenizerState:
                 elif held or self._ac_state or (text and first(text) is not None):
                     # A stop is partly matched, may start in this text, or may complete in
                     # what the decoder holds: the boundary scan decides.
-                    text, pure = self._scan_text(text, held)
+                    text, scanned_pure = self._scan_text(text, held)
+                    pure = pure and scanned_pure
                 elif text and self._keep_log:
                     self._log(_CONTENT, text)
             elif text and self._keep_log:
@@ -519,9 +527,10 @@ class DetokenizerState:
         channel). The common outcome, no stop completes in the text nor in what the decoder
         holds rendered as final (the provisional check of ``_take_settled``), is ``_take``'s
         no-match branch without building an ``_Out``; any other goes through ``_settle``,
-        which scans again from the same state and decides. Also returns whether the outcome
-        is a function of the start node and the text alone (no match, no held text checked;
-        a match may depend on min_tokens)."""
+        which scans again from the same state and decides. Also returns whether no stop
+        matched (a match may depend on min_tokens; a no-match outcome is a function of the
+        start node, the text and, where held text was checked, the node its scan reached:
+        the plan keys such states by that node too, see _refresh_hot)."""
         ac = self._ac
         start = self._ac_state
         state, hit = ac.scan(start, text)
@@ -536,7 +545,7 @@ class DetokenizerState:
                     memo[scanned] = (text, state, self._pending)
                 if text:
                     self._log(_CONTENT, text)
-                return text, not held
+                return text, True
         out = _Out()
         self._settle(text, out)
         return "".join(out.text), False
@@ -677,6 +686,7 @@ class DetokenizerState:
         (each of which ends here). ``ready`` is ``_at`` for callers, on streams without a
         log.
         """
+        self._synced = len(self.token_ids)
         if not self._hot:
             self._ready = self.ready = self._at = None
             return
@@ -685,24 +695,51 @@ class DetokenizerState:
             self._ready = at = self._plan.root  # type: ignore[union-attr]
         else:
             self._ready = at = None
-            if not (self._held_may_stop and dec.holds()) and (snap := dec.snapshot()) is not None:
-                at = self._plan.table(snap, self._ac_state, self._pending)  # type: ignore[union-attr]
+            if (snap := dec.snapshot()) is not None:
+                if self._held_may_stop and dec.holds():
+                    # A stop may complete in the held text: the state includes the node a
+                    # scan of it reaches (what _held_hit goes on from); untabled if unknown.
+                    if (held_node := self._held_node()) is not None:
+                        at = self._plan.table(snap, self._ac_state, self._pending, held_node)  # type: ignore[union-attr]
+                else:
+                    at = self._plan.table(snap, self._ac_state, self._pending)  # type: ignore[union-attr]
         self._at = at
         self.ready = None if self._keep_log else at
 
+    def _held_node(self) -> int | None:
+        """The node ``ac.scan(_ac_state, held text)`` reaches, where the held text is an open
+        SentencePiece run's complete characters, when _held_hit's last scan says it (or the
+        run has none yet); else None (then the state is not tabled)."""
+        run = self._dec.open_run()
+        if run is None:
+            return None
+        prov = self._prov
+        if prov is not None and prov[0] is self._ac and prov[1] == self._ac_state and prov[2][0] == run[0]:
+            return prov[3]
+        return None if run[1] else self._ac_state
+
     def resume(self, table: Any) -> None:
         """Tell the stream which of its plan's tables a caller that takes ``ready`` itself
-        is at now (after a move entry, see ``ready``); before its next call into the
-        stream, which otherwise goes on from where it last answered."""
-        if table is self._at:
+        is at now; before its next call into the stream, which otherwise goes on from where
+        it last answered. Cheap when nothing the caller took changed the stream's state."""
+        if table is self._at and (
+            len(self.token_ids) == self._synced or not self._dec.REPLAYS or self._dec.idle
+        ):
+            # The same state, or ids that stayed in it changing nothing: a stay in a
+            # SentencePiece run adds to the run's text, which only the ids say.
             return
         if not self._hot or self._plan is None:
             raise ValueError("resume() on a stream that offers no ready table")
-        snap, node, held = self._plan.where(table)
-        self._dec.restore(snap)
+        snap, node, held, held_node = self._plan.where(table)
+        dec = self._dec
+        dec.restore(snap, self.token_ids, self._synced)
         self._ac_state = node
         self._pending = held
         self._prov = None
+        if held_node is not None and (run := dec.open_run()) is not None and run[1]:
+            # _held_hit goes on from the node the run's characters reached (a mark as
+            # final_growth makes: the run's serial, its characters' count), not from the start.
+            self._prov = (self._ac, node, run, held_node)
         self._refresh_hot()
 
     def _check_range(self, tid: int, position: int) -> None:

@@ -130,23 +130,26 @@ class ReadyPlan:
 
     def __init__(self, root: list[Any], idle: Any) -> None:
         self.root = root
-        self._tables: dict[tuple[Any, int], dict[int, Any]] = {}
+        self._tables: dict[tuple[Any, int, int | None], dict[int, Any]] = {}
         # id(table) -> (decoder snapshot, node, held text): where a table's stream stands.
-        self._where: dict[int, tuple[Any, int, str]] = {id(root): (idle, 0, "")}
+        self._where: dict[int, tuple[Any, int, str, int | None]] = {id(root): (idle, 0, "", None)}
 
-    def table(self, snapshot: Any, node: int, held: str) -> dict[int, Any] | None:
-        """The table of a held state (not the root), made on first use; None past the bound."""
-        key = (snapshot, node)
+    def table(self, snapshot: Any, node: int, held: str, held_node: int | None = None) -> dict[int, Any] | None:
+        """The table of a held state (not the root), made on first use; None past the bound.
+        ``held_node``: where a stop may complete in what the decoder holds, the node a scan
+        of that text reaches (part of the state: the next check goes on from it)."""
+        key = (snapshot, node, held_node)
         got = self._tables.get(key)
         if got is None:
             if len(self._tables) >= _MAX_PLAN_STATES:
                 return None
             got = self._tables[key] = {}
-            self._where[id(got)] = (snapshot, node, held)
+            self._where[id(got)] = (snapshot, node, held, held_node)
         return got
 
-    def where(self, table: Any) -> tuple[Any, int, str]:
-        """(decoder snapshot, automaton node, held text) of one of this plan's tables."""
+    def where(self, table: Any) -> tuple[Any, int, str, int | None]:
+        """(decoder snapshot, automaton node, held text, held text's node) of one of this
+        plan's tables."""
         try:
             return self._where[id(table)]
         except KeyError:

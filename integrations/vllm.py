@@ -123,6 +123,13 @@ class _RequestState(DetokenizerState):
         "tokenizer", "request",
     )
 
+    def ids_corrected(self) -> None:
+        """``token_ids`` was just corrected to the ids vLLM keeps (ids past the vocabulary,
+        which the decode skips, put back where they were): the stream's position is the
+        list as it now is, so that ``resume`` rebuilds a held run only from ids taken
+        after it."""
+        self._synced = len(self.token_ids)
+
 
 class VllmDetokenizer:
     """vLLM's per-request detokenizer contract over a :class:`detok_plugin.DetokenizerState`.
@@ -240,8 +247,8 @@ class VllmDetokenizer:
                     return None
             # One id, no stop token: push_text (content only, no Delta built) appends it.
             state = self._state
-            if ready is not state.ready and ready is not None:
-                state.resume(ready)  # the moves above left the state behind
+            if ready is not None:
+                state.resume(ready)  # where the entries taken above left the stream
             try:
                 text = state.push_text(tid)
             except TokenIdError as exc:
@@ -280,13 +287,14 @@ class VllmDetokenizer:
         # What vLLM keeps: every id of the step, or those up to the one completing a stop.
         del self.token_ids[before:]
         self.token_ids.extend(new_token_ids[:kept])
+        state.ids_corrected()
         return stop
 
     def _resume(self) -> None:
-        """Before any call into the state: tell it where the moves on the ready path left
-        the stream (DetokenizerState.resume)."""
+        """Before any call into the state: tell it where the entries taken on the ready path
+        left the stream (DetokenizerState.resume)."""
         ready = self._ready
-        if ready is not None and ready is not self._state.ready:
+        if ready is not None:
             self._state.resume(ready)
 
     def _keep(self, text: str) -> None:

@@ -387,14 +387,16 @@ def test_push_text_equals_push_and_the_reference(real_tokenizer, data):
     b = DetokenizerState.from_tokenizer(tok, **kw)
     c = DetokenizerState.from_tokenizer(tok, keep_log=False, **kw)  # a caller on DetokenizerState.ready
     at = c.ready  # the table c's caller is at: it takes entries and moves itself
+    # Per id, whether c's caller takes a learnt entry or calls anyway (both are allowed).
+    takes = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)))
     got = []
-    for i in ids:
+    for k, i in enumerate(ids):
         if a.finished:
             break
         got.append(b.push_text(i))
         assert a.push(i).text == got[-1]
         assert (a.finish_reason, a.stop_reason, a.token_ids) == (b.finish_reason, b.stop_reason, b.token_ids)
-        entry = (at.get(i) if isinstance(at, dict) else at[i]) if at is not None else None
+        entry = (at.get(i) if isinstance(at, dict) else at[i]) if at is not None and takes[k] else None
         if entry is not None:
             c.token_ids.append(i)
             if isinstance(entry, tuple):
@@ -467,6 +469,40 @@ def test_ready_is_the_table_of_the_streams_state_shared_and_learnt(qwen3):
     assert DetokenizerState.from_tokenizer(qwen3, tags="qwen3", eos_token_ids=(), keep_log=False).ready is None
     s.finish()
     assert s.ready is None
+
+
+def test_a_caller_inside_a_sentencepiece_run_resumes_with_the_runs_ids(load_tokenizer):
+    """A SentencePiece byte run is held whole and its text is not in the plan's state: a
+    caller that took ids of a run from the tables (moves, and stays that add to the run)
+    resumes, and the stream rebuilds the run from those ids, wherever it last answered."""
+    tok = load_tokenizer("mistral_v1")
+    prompt = tok.encode("x", add_special_tokens=False)
+    ids = tok.encode("x 乗\n Ü", add_special_tokens=False)[len(prompt) :]
+    kinds = [tok.convert_ids_to_tokens(i) for i in ids]
+    assert kinds[-4:-1] == ["<0xB9>", "<0x97>", "<0x0A>"], kinds  # 乗 and \n: one run
+    want = expected(tok, prompt, ids)
+    for stop in ([], ["\n\nUser:"]):
+        kw = dict(prompt_ids=prompt, stop=stop, eos_token_ids=(), keep_log=False)
+        learner = DetokenizerState.from_tokenizer(tok, **kw)
+        assert "".join(learner.push_text(i) for i in ids) + learner.finish().text == want
+        for called in range(len(ids)):  # the caller calls at this id, takes every other
+            c = DetokenizerState.from_tokenizer(tok, **kw)
+            at, got = c.ready, []
+            for k, i in enumerate(ids):
+                entry = None if at is None or k == called else (at.get(i) if isinstance(at, dict) else at[i])
+                if entry is None:
+                    if at is not None:
+                        c.resume(at)
+                    got.append(c.push_text(i))
+                    at = c.ready
+                    continue
+                c.token_ids.append(i)
+                if isinstance(entry, tuple):
+                    entry, at = entry
+                got.append(entry)
+            if at is not None:
+                c.resume(at)
+            assert "".join(got) + c.finish().text == want, (stop, called)
 
 
 def test_scan_memo_is_exact_shared_and_bounded(monkeypatch):

@@ -133,6 +133,6 @@ def test_ready_plans_are_shared_per_automaton_learnt_and_bounded(qwen3):
     made = {id(fresh.table(bytes([0xE4, 0x80 + k % 64, k // 64]), 0, "")) for k in range(_MAX_PLAN_STATES)}
     assert len(made) == _MAX_PLAN_STATES and fresh.table(b"\xf0", 0, "") is None
     assert fresh.table(b"\xe4\x80\x00", 0, "") is fresh.table(b"\xe4\x80\x00", 0, "")  # made once
-    assert fresh.where(fresh.root) == (b"", 0, "")
+    assert fresh.where(fresh.root) == (b"", 0, "", None)
     with pytest.raises(ValueError):
         fresh.where([])
