@@ -114,9 +114,11 @@ class ReadyPlan:
     table of what each id does there, filled in as streams meet ids (``DetokenizerState``
     writes an entry when the outcome is a function of the state and the id alone).
 
-    A stream state is the decoder's snapshot (the bytes of an unfinished character; a
-    SentencePiece decoder is tabled only with no byte run open) and the automaton node
-    (what is held for a partial stop is a function of the node). ``root`` is the state
+    A stream state is the decoder's snapshot (the bytes of an unfinished character; for a
+    SentencePiece byte run, whose text the stream rebuilds from the ids, its unfinished
+    character), the automaton node (what is held for a partial stop is a function of the
+    node) and, where a stop may complete in held text, the node a scan of that text
+    reached. ``root`` is the state
     with nothing held and nothing partly matched, a list indexed by id; every other state
     has a dict keyed by id. An entry is None (not learnt: ask the stream), a str (the text
     that leaves; the stream stays in this state) or a tuple ``(text, table)`` (the text
