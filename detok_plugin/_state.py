@@ -708,14 +708,18 @@ class DetokenizerState:
 
     def _held_node(self) -> int | None:
         """The node ``ac.scan(_ac_state, held text)`` reaches, where the held text is an open
-        SentencePiece run's complete characters, when _held_hit's last scan says it (or the
-        run has none yet); else None (then the state is not tabled)."""
+        SentencePiece run's complete characters, when _held_hit's last scan covered all of
+        them (or the run has none yet); else None (then the state is not tabled: also after
+        a scan that stopped at a match min_tokens let pass, or with a stop holding U+FFFD,
+        which a run's count of bytes decides)."""
+        if self._fffd_stops:
+            return None  # a run ending inside a character renders one U+FFFD per byte: not a node
         run = self._dec.open_run()
         if run is None:
             return None
         prov = self._prov
-        if prov is not None and prov[0] is self._ac and prov[1] == self._ac_state and prov[2][0] == run[0]:
-            return prov[3]
+        if prov is not None and prov[0] is self._ac and prov[1] == self._ac_state and prov[2] == run:
+            return prov[3]  # the last scan covered every character the run has
         return None if run[1] else self._ac_state
 
     def resume(self, table: Any) -> None:
