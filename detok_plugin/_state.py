@@ -181,6 +181,7 @@ class DetokenizerState:
         "_fffd_stops",
         "_prov",
         "_synced",
+        "_early",
         "_log_text",
         "_log_kind",
         "path",
@@ -337,7 +338,10 @@ class DetokenizerState:
         # Text the decoder holds can complete a stop only if, rendered as final, it can
         # contain a stop's characters: never when it is all U+FFFD and no stop has one.
         self._fffd_stops = any("\ufffd" in s for s in stops)
-        self._prov: tuple[Any, int, Any, int] | None = None  # _held_hit's last scan of held text
+        self._prov: tuple[Any, int, Any, int, int] | None = None  # _held_hit's last scan of held text
+        # The head of the held text that showed by token min_tokens: a stop ending in it
+        # completed too early, now and when it is released as it showed (_take).
+        self._early = ""
         self._held_may_stop = self._has_stops[_CONTENT] and (not dec.held_is_replacement or self._fffd_stops)
         self._hot = self._hot_static and not self._skip_chars
         self._refresh_hot()
@@ -636,6 +640,9 @@ class DetokenizerState:
         (O(N^2) for a long run of byte pieces). Instead, while the held text only grows,
         scan only what it added, from where the last scan ended (``_prov``); while it is all
         U+FFFD (a run ending inside a character), only a stop with U+FFFD can match.
+
+        A stop that ends in the characters that showed by token ``min_tokens`` (``_early``)
+        completed too early: the scan goes on past it, here and later (as ``_take`` does).
         """
         dec = self._dec
         ac = self._ac
@@ -645,13 +652,21 @@ class DetokenizerState:
         if growth is not None:
             added, mark = growth
             if since is not None and since[0] == mark[0]:
-                at = prov[3]  # type: ignore[index]
+                at, base = prov[3], prov[4]  # type: ignore[index]
             else:  # the whole held text: less what the prompt's held tail stands for
-                at = state
+                at, base = state, 0
                 added = added[self._skip_chars :]
-            at, hit = ac.scan(at, added)
+            if len(self.token_ids) <= self._min_tokens:  # all of it shows by token min_tokens
+                self._early = self._early + added if base else added
+            early, rest = len(self._early) - base, added
+            while True:
+                at, hit = ac.scan(at, rest)
+                if hit is None or hit[1] > early:
+                    break
+                early -= hit[1]  # too early: go on past it
+                rest = rest[hit[1] :]
             if hit is None:  # never past a match: a later call must find it again
-                self._prov = (ac, state, mark, at)
+                self._prov = (ac, state, mark, at, base + len(added))
             return hit
         if not self._fffd_stops and dec.renders_replacement():
             return None
@@ -691,6 +706,8 @@ class DetokenizerState:
             self._ready = self.ready = self._at = None
             return
         dec = self._dec
+        if self._early and not dec.holds():
+            self._early = ""  # what was held is out: released on a path with no match
         if dec.idle and not self._ac_state:
             self._ready = at = self._plan.root  # type: ignore[union-attr]
         else:
@@ -703,6 +720,10 @@ class DetokenizerState:
                         at = self._plan.table(snap, self._ac_state, self._pending, held_node)  # type: ignore[union-attr]
                 else:
                     at = self._plan.table(snap, self._ac_state, self._pending)  # type: ignore[union-attr]
+        if self._min_tokens and len(self.token_ids) <= self._min_tokens and self._has_stops[_CONTENT]:
+            # Until min_tokens a stop may complete too early, and what showed by then
+            # (_early) is the stream's own: no moves (root stays leave text held nowhere).
+            at = None
         self._at = at
         self.ready = None if self._keep_log else at
 
@@ -742,8 +763,10 @@ class DetokenizerState:
         self._prov = None
         if held_node is not None and (run := dec.open_run()) is not None and run[1]:
             # _held_hit goes on from the node the run's characters reached (a mark as
-            # final_growth makes: the run's serial, its characters' count), not from the start.
-            self._prov = (self._ac, node, run, held_node)
+            # final_growth makes: the run's serial, its pieces' count), not from the start;
+            # the characters' count matters only against _early (else 0 stands for it).
+            chars = len(dec.peek_final()) - self._skip_chars if self._early else 0
+            self._prov = (self._ac, node, run, held_node, chars)
         self._refresh_hot()
 
     def _check_range(self, tid: int, position: int) -> None:
@@ -791,7 +814,16 @@ class DetokenizerState:
             out.text.append(tag)
 
     def _take(self, text: str, out: _Out) -> None:
-        """Scan new settled text; emit up to the safe boundary; act on complete matches."""
+        """Scan new settled text; emit up to the safe boundary; act on complete matches.
+
+        A stop is too early while the count is at most ``min_tokens``, and also where it
+        ends in held text that showed by then (``_early``), as far as the text released now
+        agrees with it (a byte run that turned invalid is released as U+FFFD instead)."""
+        early = 0
+        if self._early:
+            shown, self._early = self._early, ""  # held text is released from its head
+            while early < len(shown) and early < len(text) and shown[early] == text[early]:
+                early += 1
         while text:
             ac = self._ac
             if ac is None:
@@ -804,9 +836,10 @@ class DetokenizerState:
             index, end = hit
             kind, pattern = self._kinds[self._mode][index]
             rest = text[end:]
-            if kind == "stop" and len(self.token_ids) <= self._min_tokens:
+            if kind == "stop" and (len(self.token_ids) <= self._min_tokens or end <= early):
                 # Too early to stop: keep scanning from here as if nothing matched.
                 self._emit(self._advance(state, text[:end]), out)
+                early -= end
                 text = rest
                 continue
             buf = self._pending + text[:end]

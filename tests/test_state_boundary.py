@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from hypothesis import given, strategies as st
@@ -286,9 +287,20 @@ def test_reasoning_modes(mode):
 
 def _reference_stop(tok, prompt, out, stops, min_tokens, include):
     """Non-streaming reference, vLLM's rule: the stream stops at the first token k >
-    min_tokens where ``decode(prompt + out[:k])`` holds a stop that was not already
-    settled by token min_tokens; of those, the one that ends first (ties: list order)."""
-    settled_by_min = len(settled(tok, prompt, out[:min_tokens], probe_ids(tok), False)) if min_tokens else 0
+    min_tokens where ``decode(prompt + out[:k])`` holds a stop that did not already show
+    by token min_tokens (vLLM checks each step's new text only once the count passes
+    min_tokens); of those, the one that ends first (ties: list order). What showed by
+    then: the settled text, and the characters of a SentencePiece byte run that the decode
+    renders as they come (held until the run ends, but vLLM's own stream shows them), as
+    far as they agree with the full decode; not a trailing U+FFFD (an unfinished
+    character), which vLLM's stream holds."""
+    full = expected(tok, prompt, out)
+    shown = expected(tok, prompt, out[:min_tokens]).rstrip("\ufffd")
+    settled_by_min = (
+        max(len(settled(tok, prompt, out[:min_tokens], probe_ids(tok), False)), len(os.path.commonprefix([shown, full])))
+        if min_tokens
+        else 0
+    )
     for k in range(min_tokens + 1, len(out) + 1):
         text = expected(tok, prompt, out[:k])
         best = None
@@ -503,6 +515,32 @@ def test_a_caller_inside_a_sentencepiece_run_resumes_with_the_runs_ids(load_toke
             if at is not None:
                 c.resume(at)
             assert "".join(got) + c.finish().text == want, (stop, called)
+
+
+def test_min_tokens_and_a_stop_inside_a_sentencepiece_run(load_tokenizer):
+    """A SentencePiece byte run is held until it ends, but its characters show in the
+    decode (and in vLLM's stream) as they come: a stop among the characters that showed by
+    token min_tokens completed too early, also when the run is released later; one that
+    a later byte turned into U+FFFD did not show."""
+    tok = load_tokenizer("mistral_v1")
+    prompt = tok.encode("x", add_special_tokens=False)
+    ids = tok.encode("x tabs\n\n\n new\n", add_special_tokens=False)[len(prompt) :]
+    runs = [k for k, i in enumerate(ids) if tok.convert_ids_to_tokens(i) == "<0x0A>"]
+    assert len(runs) >= 3 and runs[1] == runs[0] + 1  # "\n\n\n" is one byte run
+    for min_tokens in range(len(ids)):
+        for include in (False, True):
+            kw = dict(stop=["\n"], min_tokens=min_tokens, include_stop_str_in_output=include)
+            want = _reference_stop(tok, prompt, ids, ["\n"], min_tokens, include)
+            state, deltas = run(tok, ids, prompt_ids=prompt, **kw)
+            assert (joined(deltas), state.stop_reason, len(state.token_ids)) == want, (min_tokens, include)
+            text = DetokenizerState.from_tokenizer(tok, prompt_ids=prompt, eos_token_ids=(), keep_log=False, **kw)
+            got = "".join(text.push_text(i) for i in ids if not text.finished)
+            got += "" if text.finished else text.finish().text
+            assert (got, text.stop_reason, len(text.token_ids)) == want, (min_tokens, include)
+    # <0x00> then a byte that makes the run invalid: the NUL that showed is U+FFFD now.
+    nul, bad = tok.convert_tokens_to_ids(["<0x00>", "<0x80>"])
+    state, deltas = run(tok, [nul, bad], stop=["\ufffd"], min_tokens=1)
+    assert (joined(deltas), state.stop_reason) == _reference_stop(tok, [], [nul, bad], ["\ufffd"], 1, False)[:2] == ("", "\ufffd")
 
 
 def test_scan_memo_is_exact_shared_and_bounded(monkeypatch):

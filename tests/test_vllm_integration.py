@@ -549,6 +549,21 @@ def test_min_tokens_delays_stop_strings(name, step, min_tokens):
     check(name, reqs, seqs)
 
 
+def test_min_tokens_with_a_stop_inside_a_byte_run_agrees_with_stock():
+    """Mistral v1 writes newlines as byte pieces (one run for "\\n\\n"): a newline that
+    showed by token min_tokens does not stop the stream later, in the plugin as in stock
+    vLLM, whose stream shows a run's characters as they come."""
+    name = "mistral_v1"
+    tok = vllm_tokenizer(name)
+    prompt, out = next((p, o) for p, o in corpus(name) if "tabs\n\n" in expected(tok, p, o))
+    newlines = [k for k, i in enumerate(out) if tok.convert_ids_to_tokens(i) == "<0x0A>"]
+    first = next(k for k in newlines if k + 1 in newlines)  # the run's first byte piece
+    reqs = [Req(prompt, [out], {"stop": ["\n"], "min_tokens": m}) for m in range(first - 1, first + 3)]
+    ours, stock = run_both(name, reqs)
+    check(name, reqs, ours)
+    assert [s[0].text for s in ours] == [s[0].text for s in stock]
+
+
 @pytest.mark.parametrize("include", [False, True], ids=["exclude-stop", "include-stop"])
 @pytest.mark.parametrize("skip", [True, False], ids=["skip-special", "keep-special"])
 @pytest.mark.parametrize("step", STEPS)
