@@ -182,6 +182,7 @@ class DetokenizerState:
         "_prov",
         "_synced",
         "_early",
+        "_moves",
         "_log_text",
         "_log_kind",
         "path",
@@ -227,6 +228,7 @@ class DetokenizerState:
         stop_in_reasoning: bool = False,
         request_id: str | None = None,
         keep_log: bool = True,
+        ready_moves: bool = False,
     ) -> "DetokenizerState":
         """Start a stream on ``tokenizer`` (transformers, ``tokenizers.Tokenizer``, a
         :class:`TokenTable`, or anything with ``decode(ids)``).
@@ -236,6 +238,10 @@ class DetokenizerState:
         takes it (slow SentencePiece tokenizers); tokenizers-backed decodes ignore it.
         ``keep_log=False`` keeps no lossless log (``log()`` then refuses): for callers that
         keep the text themselves and want neither the memory nor the per-token append.
+        ``ready_moves=True`` (with ``keep_log=False``): ``ready`` also offers the tables of
+        held states and moves between them, for a caller that takes them itself (the vLLM
+        adapter); otherwise it is the root table or None, and the stream spends nothing on
+        held states' tables.
         """
         if reasoning not in ("separate", "strip", "inline"):
             raise ValueError(f"reasoning must be 'separate', 'strip' or 'inline', not {reasoning!r}")
@@ -310,6 +316,7 @@ class DetokenizerState:
         self._log_text: list[str] = [] if keep_log else _NO_LOG  # type: ignore[assignment]
         self._log_kind: list[int] = [] if keep_log else _NO_LOG  # type: ignore[assignment]
         self._keep_log = keep_log
+        self._moves = ready_moves and not keep_log
         if tags is not None and tags.reasoning_open and tags.reasoning_close and prompt:
             # A template that ends inside an open reasoning block (``<think>\n``) starts the
             # stream in reasoning. Decoded with special tokens kept: the tag may be one.
@@ -712,7 +719,7 @@ class DetokenizerState:
             self._ready = at = self._plan.root  # type: ignore[union-attr]
         else:
             self._ready = at = None
-            if (snap := dec.snapshot()) is not None:
+            if self._moves and (snap := dec.snapshot()) is not None:
                 if self._held_may_stop and dec.holds():
                     # A stop may complete in the held text: the state includes the node a
                     # scan of it reaches (what _held_hit goes on from); untabled if unknown.
@@ -720,7 +727,7 @@ class DetokenizerState:
                         at = self._plan.table(snap, self._ac_state, self._pending, held_node)  # type: ignore[union-attr]
                 else:
                     at = self._plan.table(snap, self._ac_state, self._pending)  # type: ignore[union-attr]
-        if self._min_tokens and len(self.token_ids) <= self._min_tokens and self._has_stops[_CONTENT]:
+        if at is not None and self._min_tokens and len(self.token_ids) <= self._min_tokens and self._has_stops[_CONTENT]:
             # Until min_tokens a stop may complete too early, and what showed by then
             # (_early) is the stream's own: no moves (root stays leave text held nowhere).
             at = None

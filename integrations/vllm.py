@@ -182,6 +182,7 @@ class VllmDetokenizer:
             min_tokens=params.min_tokens,
             request_id=request.request_id,
             keep_log=False,  # the adapter keeps the released text itself
+            ready_moves=True,  # and takes the ready tables, moves included, itself
         )
         state.tokenizer = tokenizer  # kept for a cumulative call on a DELTA request
         state.request = request

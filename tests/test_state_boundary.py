@@ -397,7 +397,7 @@ def test_push_text_equals_push_and_the_reference(real_tokenizer, data):
     )
     a = DetokenizerState.from_tokenizer(tok, **kw)
     b = DetokenizerState.from_tokenizer(tok, **kw)
-    c = DetokenizerState.from_tokenizer(tok, keep_log=False, **kw)  # a caller on DetokenizerState.ready
+    c = DetokenizerState.from_tokenizer(tok, keep_log=False, ready_moves=True, **kw)  # a caller on DetokenizerState.ready
     at = c.ready  # the table c's caller is at: it takes entries and moves itself
     # Per id, whether c's caller takes a learnt entry or calls anyway (both are allowed).
     takes = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)))
@@ -450,7 +450,7 @@ def test_ready_is_the_table_of_the_streams_state_shared_and_learnt(qwen3):
     hello, newline = (qwen3.encode(t, add_special_tokens=False)[0] for t in (" hello", "\n"))
     split = qwen3.encode("🫨", add_special_tokens=False)
     assert len(split) == 3
-    kw = dict(stop=["\n\nUser:"], eos_token_ids=(), keep_log=False)
+    kw = dict(stop=["\n\nUser:"], eos_token_ids=(), keep_log=False, ready_moves=True)
     s = DetokenizerState.from_tokenizer(qwen3, **kw)
     root = s.ready
     assert isinstance(root, list) and s.push_text(hello) == " hello" and root[hello] == " hello"
@@ -475,10 +475,13 @@ def test_ready_is_the_table_of_the_streams_state_shared_and_learnt(qwen3):
     with pytest.raises(ValueError):
         t.resume({})  # not a table of t's plan
     # A stop with U+FFFD may complete in held bytes: that state gets no table.
-    u = DetokenizerState.from_tokenizer(qwen3, stop=["\ufffd"], eos_token_ids=(), keep_log=False)
+    u = DetokenizerState.from_tokenizer(qwen3, stop=["\ufffd"], eos_token_ids=(), keep_log=False, ready_moves=True)
     assert u.push_text(split[0]) == "" and u.ready is None
     assert DetokenizerState.from_tokenizer(qwen3, stop=["x"], eos_token_ids=()).ready is None
     assert DetokenizerState.from_tokenizer(qwen3, tags="qwen3", eos_token_ids=(), keep_log=False).ready is None
+    # Without ready_moves: the root table or None, no held state's table.
+    v = DetokenizerState.from_tokenizer(qwen3, stop=["\n\nUser:"], eos_token_ids=(), keep_log=False)
+    assert v.ready is root and v.push_text(newline) == "" and v.ready is None
     s.finish()
     assert s.ready is None
 
@@ -494,7 +497,7 @@ def test_a_caller_inside_a_sentencepiece_run_resumes_with_the_runs_ids(load_toke
     assert kinds[-4:-1] == ["<0xB9>", "<0x97>", "<0x0A>"], kinds  # 乗 and \n: one run
     want = expected(tok, prompt, ids)
     for stop in ([], ["\n\nUser:"]):
-        kw = dict(prompt_ids=prompt, stop=stop, eos_token_ids=(), keep_log=False)
+        kw = dict(prompt_ids=prompt, stop=stop, eos_token_ids=(), keep_log=False, ready_moves=True)
         learner = DetokenizerState.from_tokenizer(tok, **kw)
         assert "".join(learner.push_text(i) for i in ids) + learner.finish().text == want
         for called in range(len(ids)):  # the caller calls at this id, takes every other

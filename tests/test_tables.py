@@ -120,7 +120,9 @@ def test_ready_plans_are_shared_per_automaton_learnt_and_bounded(qwen3):
     hello, newline = qwen3.encode(" hello", add_special_tokens=False)[0], qwen3.encode("\n", add_special_tokens=False)[0]
     assert (root[hello], root[newline]) == (None, None)
     assert a.push_text(hello) == " hello" and a.push_text(newline) == ""  # "\n" may start a stop
-    assert root[hello] == " hello" and root[newline][0] == ""
+    assert root[hello] == " hello" and root[newline] is None  # a move: learnt by streams that offer moves
+    m = DetokenizerState.from_tokenizer(qwen3, stop=["\n\nUser:", "Observation:"], eos_token_ids=(), keep_log=False, ready_moves=True)
+    assert m.push_text(newline) == "" and root[newline] == ("", m.ready)
     assert b._ready is root and b.push_text(hello) == " hello"  # b takes a's lesson
     assert c._plan.root[hello] is None
     plain = table.ready_plan(None, True, b"")
