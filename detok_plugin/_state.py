@@ -317,6 +317,7 @@ class DetokenizerState:
         self._log_kind: list[int] = [] if keep_log else _NO_LOG  # type: ignore[assignment]
         self._keep_log = keep_log
         self._moves = ready_moves and not keep_log
+        self._synced = 0  # len(token_ids) when the stream last answered (moves only)
         if tags is not None and tags.reasoning_open and tags.reasoning_close and prompt:
             # A template that ends inside an open reasoning block (``<think>\n``) starts the
             # stream in reasoning. Decoded with special tokens kept: the tag may be one.
@@ -708,13 +709,18 @@ class DetokenizerState:
         (each of which ends here). ``ready`` is ``_at`` for callers, on streams without a
         log.
         """
-        self._synced = len(self.token_ids)
         if not self._hot:
             self._ready = self.ready = self._at = None
             return
         dec = self._dec
         if self._early and not dec.holds():
             self._early = ""  # what was held is out: released on a path with no match
+        if not self._moves:
+            # The root or None: no held state's table (nobody takes one).
+            self._ready = self._at = at = self._plan.root if dec.idle and not self._ac_state else None  # type: ignore[union-attr]
+            self.ready = None if self._keep_log else at
+            return
+        self._synced = len(self.token_ids)
         if dec.idle and not self._ac_state:
             self._ready = at = self._plan.root  # type: ignore[union-attr]
         else:
