@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import operator
+import os
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -700,14 +701,14 @@ class DetokenizerState:
         ``_hot`` (push_text's own path, kept where its inputs change: construction,
         ``_unskip``, ``_close``, ``finish``): a table, no tags, stop ids or max_tokens,
         nothing skipped, stream live; stop strings may be live. ``_at``: the plan's table
-        of the stream's state while ``_hot`` holds and the state is tabled (the root with
-        nothing held and nothing partly matched; a held state's own while the decoder can
-        snapshot it and no stop may complete in what it holds); otherwise None. ``_ready``
-        (push's and push_text's ready path): the root while at it, else None. A str entry
-        of the root is then exactly what the checked path would emit, and the ready path
-        changes nothing else, so ``_ready`` stays right until a token takes another path
-        (each of which ends here). ``ready`` is ``_at`` for callers, on streams without a
-        log.
+        of the stream's state while ``_hot`` holds: the root with nothing held and nothing
+        partly matched; on a stream with ``ready_moves``, also a held state's own (where a
+        stop may complete in held text, keyed by the node a scan of it reached), except
+        until ``min_tokens``; otherwise None. ``_ready`` (push's and push_text's ready
+        path): the root while at it, else None. A str entry of the root is then exactly
+        what the checked path would emit, and the ready path changes nothing else, so
+        ``_ready`` stays right until a token takes another path (each of which ends here).
+        ``ready`` is ``_at`` for callers, on streams without a log.
         """
         if not self._hot:
             self._ready = self.ready = self._at = None
@@ -715,12 +716,6 @@ class DetokenizerState:
         dec = self._dec
         if self._early and not dec.holds():
             self._early = ""  # what was held is out: released on a path with no match
-        if not self._moves:
-            # The root or None: no held state's table (nobody takes one).
-            self._ready = self._at = at = self._plan.root if dec.idle and not self._ac_state else None  # type: ignore[union-attr]
-            self.ready = None if self._keep_log else at
-            return
-        self._synced = len(self.token_ids)
         if dec.idle and not self._ac_state:
             self._ready = at = self._plan.root  # type: ignore[union-attr]
         else:
@@ -733,10 +728,12 @@ class DetokenizerState:
                         at = self._plan.table(snap, self._ac_state, self._pending, held_node)  # type: ignore[union-attr]
                 else:
                     at = self._plan.table(snap, self._ac_state, self._pending)  # type: ignore[union-attr]
-        if at is not None and self._min_tokens and len(self.token_ids) <= self._min_tokens and self._has_stops[_CONTENT]:
-            # Until min_tokens a stop may complete too early, and what showed by then
-            # (_early) is the stream's own: no moves (root stays leave text held nowhere).
-            at = None
+        if self._moves:
+            self._synced = len(self.token_ids)
+            if at is not None and self._min_tokens and len(self.token_ids) <= self._min_tokens and self._has_stops[_CONTENT]:
+                # Until min_tokens a stop may complete too early, and what showed by then
+                # (_early) is the stream's own: no moves (root stays hold nothing).
+                at = None
         self._at = at
         self.ready = None if self._keep_log else at
 
@@ -834,9 +831,9 @@ class DetokenizerState:
         agrees with it (a byte run that turned invalid is released as U+FFFD instead)."""
         early = 0
         if self._early:
-            shown, self._early = self._early, ""  # held text is released from its head
-            while early < len(shown) and early < len(text) and shown[early] == text[early]:
-                early += 1
+            # Held text is released from its head: early as far as it agrees.
+            early = len(os.path.commonprefix((self._early, text)))
+            self._early = ""
         while text:
             ac = self._ac
             if ac is None:

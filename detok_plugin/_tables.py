@@ -118,9 +118,8 @@ class ReadyPlan:
     SentencePiece byte run, whose text the stream rebuilds from the ids, its unfinished
     character), the automaton node (what is held for a partial stop is a function of the
     node) and, where a stop may complete in held text, the node a scan of that text
-    reached. ``root`` is the state
-    with nothing held and nothing partly matched, a list indexed by id; every other state
-    has a dict keyed by id. An entry is None (not learnt: ask the stream), a str (the text
+    reached. ``root`` is the state with nothing held and nothing partly matched, a list
+    indexed by id; every other state has a dict keyed by id. An entry is None (not learnt: ask the stream), a str (the text
     that leaves; the stream stays in this state) or a tuple ``(text, table)`` (the text
     that leaves, and the table of the state the stream moves to).
 
@@ -133,7 +132,8 @@ class ReadyPlan:
     def __init__(self, root: list[Any], idle: Any) -> None:
         self.root = root
         self._tables: dict[tuple[Any, int, int | None], dict[int, Any]] = {}
-        # id(table) -> (decoder snapshot, node, held text): where a table's stream stands.
+        # id(table) -> (decoder snapshot, node, held text, held text's node): where a
+        # table's stream stands.
         self._where: dict[int, tuple[Any, int, str, int | None]] = {id(root): (idle, 0, "", None)}
 
     def table(self, snapshot: Any, node: int, held: str, held_node: int | None = None) -> dict[int, Any] | None:

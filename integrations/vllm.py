@@ -247,9 +247,8 @@ class VllmDetokenizer:
                     self._unsent += text  # type: ignore[operator]
                     return None
             # One id, no stop token: push_text (content only, no Delta built) appends it.
+            self._resume()
             state = self._state
-            if ready is not None:
-                state.resume(ready)  # where the entries taken above left the stream
             try:
                 text = state.push_text(tid)
             except TokenIdError as exc:
