@@ -773,10 +773,11 @@ class DetokenizerState:
         self._prov = None
         if held_node is not None and (run := dec.open_run()) is not None and run[1]:
             # _held_hit goes on from the node the run's characters reached (a mark as
-            # final_growth makes: the run's serial, its pieces' count), not from the start;
-            # the characters' count matters only against _early (else 0 stands for it).
-            chars = len(dec.peek_final()) - self._skip_chars if self._early else 0
-            self._prov = (self._ac, node, run, held_node, chars)
+            # final_growth makes: the run's serial, its pieces' count), not from the start.
+            # The characters' count is only compared with _early, the run's head that showed
+            # by min_tokens (tables are offered only after it): the run holds at least that
+            # much, and any count that large compares alike, so no O(run) count here.
+            self._prov = (self._ac, node, run, held_node, len(self._early))
         self._refresh_hot()
 
     def _check_range(self, tid: int, position: int) -> None:
