@@ -65,13 +65,16 @@ __all__ = [
     "unregister",
 ]
 
-logger = logging.getLogger(__name__)
+# A child of vLLM's own "vllm" logger, so that vLLM's logging configuration (its handler,
+# format and VLLM_LOGGING_LEVEL) applies: under vLLM's default logging only the "vllm"
+# hierarchy has a handler, and a record from any other logger at INFO is dropped.
+logger = logging.getLogger("vllm.detok_plugin")
 
 #: The entry-point name in ``[project.entry-points."vllm.general_plugins"]``.
 PLUGIN_NAME = "detok_plugin"
 
 #: vLLM releases whose detokenizer contract this shim was tested against.
-VERIFIED_VLLM_VERSIONS = frozenset({"0.33.0"})
+VERIFIED_VLLM_VERSIONS = frozenset({"0.32.0", "0.33.0"})
 
 _INSTALL_HINT = "pip install detok-plugin[vllm]"
 _ON = frozenset({"1", "true", "yes", "on"})
@@ -472,6 +475,65 @@ def _from_new_request(cls: Any, tokenizer: Any, request: Any) -> Any:
     return VllmDetokenizer(tokenizer, request)
 
 
+def _startup_log(level: int, msg: str, *args: Any) -> None:
+    """Log a start-up line where vLLM's own log shows it, once vLLM has set up logging.
+
+    vLLM's API server loads general plugins before it configures logging: at that moment
+    the "vllm" logger has no handler, and Python drops a record below WARNING. Such a line
+    (the "on" line) waits until vLLM's next ``vllm.logger.configure_logging`` call (every
+    entry point makes one), then goes out through vLLM's handler. Warnings and errors go
+    out at once: Python's last-resort handler shows them even before vLLM configures
+    logging, and a reason for staying stock must never wait on a call that may not come.
+    """
+    if level >= logging.WARNING or logging.getLogger("vllm").handlers:
+        logger.log(level, msg, *args)
+        return
+    with _Startup.lock:
+        _Startup.pending.append((level, msg, args))
+        if _Startup.wrapped is not None:
+            return
+        try:
+            import vllm.logger as vllm_logger
+        except ImportError:
+            vllm_logger = None
+        configure = getattr(vllm_logger, "configure_logging", None)
+        if configure is None:  # no hook to wait for: say it now, as Python's logging allows
+            _Startup.flush()
+            return
+
+        def configure_then_flush(*a: Any, **kw: Any) -> Any:
+            try:
+                return configure(*a, **kw)
+            finally:
+                with _Startup.lock:
+                    if getattr(vllm_logger, "configure_logging", None) is configure_then_flush:
+                        vllm_logger.configure_logging = configure
+                    _Startup.wrapped = None
+                    _Startup.flush()
+
+        _Startup.wrapped = configure_then_flush
+        vllm_logger.configure_logging = configure_then_flush
+
+
+class _StartupState:
+    """Start-up lines waiting for vLLM's logging (see :func:`_startup_log`)."""
+
+    __slots__ = ("lock", "pending", "wrapped")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.pending: list[tuple[int, str, tuple[Any, ...]]] = []
+        self.wrapped: Any = None
+
+    def flush(self) -> None:
+        pending, self.pending = self.pending, []
+        for level, msg, args in pending:
+            logger.log(level, msg, *args)
+
+
+_Startup = _StartupState()
+
+
 def register() -> bool:
     """The ``vllm.general_plugins`` entry point: install the adapter when the flag is on.
 
@@ -480,13 +542,14 @@ def register() -> bool:
     """
     settings = Settings.from_env()
     if not settings.enabled:
-        log = logger.warning if settings.source.endswith("ignored") else logger.debug
-        log("detok-plugin: off (%s); vLLM keeps its stock detokenizer", settings.source)
+        level = logging.WARNING if settings.source.endswith("ignored") else logging.DEBUG
+        _startup_log(level, "detok-plugin: off (%s); vLLM keeps its stock detokenizer", settings.source)
         return False
     detokenizer, _ = _import_vllm()
     version = _vllm_version()
     if version.split("+")[0] not in VERIFIED_VLLM_VERSIONS:
-        logger.warning(
+        _startup_log(
+            logging.WARNING,
             "detok-plugin: vLLM %s is not a version detok-plugin has verified (%s); "
             "checking the detokenizer contract before switching it on",
             version,
@@ -494,7 +557,8 @@ def register() -> bool:
         )
     problems = contract_problems()
     if problems:
-        logger.error(
+        _startup_log(
+            logging.ERROR,
             "detok-plugin: NOT switched on (%s): vLLM %s breaks the detokenizer contract: %s. "
             "vLLM keeps its stock detokenizer.",
             settings.source,
@@ -504,11 +568,15 @@ def register() -> bool:
         return False
     cls = detokenizer.IncrementalDetokenizer
     with _Patch.lock:
-        if _Patch.ours is None or cls.__dict__.get("from_new_request") is not _Patch.ours:
+        patched_now = _Patch.ours is None or cls.__dict__.get("from_new_request") is not _Patch.ours
+        if patched_now:
             _Patch.stock = cls.__dict__["from_new_request"]
             _Patch.ours = classmethod(_from_new_request)
             cls.from_new_request = _Patch.ours
-    logger.info("detok-plugin: on (%s), replacing vLLM %s's incremental detokenizer", settings.source, version)
+    # Once per process: vLLM calls every general plugin in each of its processes, and a
+    # second register() in one process changes nothing.
+    level = logging.INFO if patched_now else logging.DEBUG
+    _startup_log(level, "detok-plugin: on (%s), replacing vLLM %s's incremental detokenizer", settings.source, version)
     return True
 
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The README's test command: set up .venv, then run the whole suite.
+# The README's test command: set up .venv and the real vLLM engine's venv, then run the whole
+# suite (tests/test_vllm_engine.py drives real `vllm serve` processes from .venv-vllm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+bash scripts/setup_vllm_engine.sh >/dev/null
 export DETOK_HYPOTHESIS_EXAMPLES="${DETOK_HYPOTHESIS_EXAMPLES:-300}"
 exec .venv/bin/python -m pytest -q -rs "$@"

