@@ -208,9 +208,54 @@ class VllmDetokenizer:
         # the state, on DELTA requests: a ready id's step is an index and an append here.
         self._ready = state.ready if delta else None
 
+    # What stock vLLM's detokenizers expose besides the four calls, with the same meanings
+    # (vllm/v1/engine/detokenizer.py: BaseIncrementalDetokenizer and its subclasses), for
+    # code and tests that read them. None is on the per-step path.
+
     @property
     def request_id(self) -> str:
         return self._state.request_id  # type: ignore[return-value]
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._state.tokenizer
+
+    @property
+    def output_text(self) -> str:
+        """All text released so far (stock: all text decoded so far, cut at a stop). Held
+        text (an unfinished character, a genuine partial stop) is not in it until it is
+        released. O(1) on CUMULATIVE and FINAL_ONLY requests; O(N) on DELTA requests,
+        whose sent text is not kept (rebuilt from the ids)."""
+        return self._output_text(False, delta=False)
+
+    @property
+    def stop(self) -> list[str]:
+        stop = self._state.request.sampling_params.stop
+        return [stop] if isinstance(stop, str) else list(stop or ())
+
+    @property
+    def min_tokens(self) -> int:
+        return self._state.request.sampling_params.min_tokens
+
+    @property
+    def include_stop_str_in_output(self) -> bool:
+        return self._state.include_stop
+
+    @property
+    def stop_buffer_length(self) -> int:
+        """Stock's constant hold with stop strings (``max(len(stop)) - 1``, 0 when the
+        output includes the stop). The plugin holds only a genuine partial match, at most
+        this many characters."""
+        stop = self.stop
+        return max(map(len, stop)) - 1 if stop and not self.include_stop_str_in_output else 0
+
+    @property
+    def skip_special_tokens(self) -> bool:
+        return self._state.request.sampling_params.skip_special_tokens
+
+    @property
+    def spaces_between_special_tokens(self) -> bool:
+        return self._state.request.sampling_params.spaces_between_special_tokens
 
     @property
     def path(self) -> str:
@@ -386,12 +431,15 @@ class _PatchState:
     Instance attributes on purpose: a ``classmethod`` stored on a class would bind.
     """
 
-    __slots__ = ("lock", "stock", "ours")
+    __slots__ = ("lock", "stock", "ours", "adapter")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.stock: Any = None  # the classmethod object from IncrementalDetokenizer.__dict__
         self.ours: Any = None
+        # VllmDetokenizer as a subclass of vLLM's IncrementalDetokenizer too (built when
+        # patching, since this module imports no vLLM), so isinstance checks hold.
+        self.adapter: Any = VllmDetokenizer
 
 
 _Patch = _PatchState()
@@ -472,7 +520,7 @@ def _from_new_request(cls: Any, tokenizer: Any, request: Any) -> Any:
         # resumable (streaming-input) request keeps one detokenizer across several
         # finished chunks, which a DetokenizerState does not model: both stay stock.
         return _Patch.stock.__func__(cls, tokenizer, request)
-    return VllmDetokenizer(tokenizer, request)
+    return _Patch.adapter(tokenizer, request)
 
 
 def _startup_log(level: int, msg: str, *args: Any) -> None:
@@ -534,6 +582,19 @@ class _StartupState:
 _Startup = _StartupState()
 
 
+def _as_vllm_class(base: type) -> type:
+    """VllmDetokenizer, also an instance of vLLM's ``IncrementalDetokenizer`` for isinstance.
+
+    Our methods come first in the MRO, so vLLM's base contributes only its type (and a
+    ``__dict__`` its instances have: the base has no ``__slots__``); its ``__init__`` is
+    never called.
+    """
+    return type(
+        "VllmDetokenizer", (VllmDetokenizer, base),
+        {"__slots__": (), "__module__": __name__, "__doc__": VllmDetokenizer.__doc__},
+    )
+
+
 def register() -> bool:
     """The ``vllm.general_plugins`` entry point: install the adapter when the flag is on.
 
@@ -572,6 +633,7 @@ def register() -> bool:
         if patched_now:
             _Patch.stock = cls.__dict__["from_new_request"]
             _Patch.ours = classmethod(_from_new_request)
+            _Patch.adapter = _as_vllm_class(cls)
             cls.from_new_request = _Patch.ours
     # Once per process: vLLM calls every general plugin in each of its processes, and a
     # second register() in one process changes nothing.

@@ -528,6 +528,41 @@ def test_adapter_mirrors_vllms_method_signatures():
     assert isinstance(inspect.getattr_static(shim.VllmDetokenizer, "output_token_ids"), property)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_the_adapter_is_an_incremental_detokenizer_with_stocks_public_attributes(name, kind):
+    """What vLLM's factory returns with the plugin on is an IncrementalDetokenizer, and
+    every public attribute a stock detokenizer has reads the same on it (output_text once
+    the stream has ended: while it runs, stock's includes what its stop buffer holds)."""
+    tok = vllm_tokenizer(name)
+    prompt, out = corpus(name)[0]
+    req = Req(prompt, [out], params={"stop": ["\n\nUser:", "。"], "min_tokens": 2})
+    built = {}
+    for plugin in (False, True):
+        with detokenizer(plugin):
+            d = vllm_detokenizer.IncrementalDetokenizer.from_new_request(tok, make_request("r", req, kind))
+            for k in range(0, len(out), 3):
+                if d.update(out[k : k + 3], False) is not None:
+                    break
+            d.get_next_output_text(True, False)
+            built[plugin] = d
+    stock, ours = built[False], built[True]
+    assert isinstance(ours, vllm_detokenizer.IncrementalDetokenizer) and isinstance(ours, shim.VllmDetokenizer)
+    public = {a for a in dir(stock) if not a.startswith("_")} - {"from_new_request"}
+    # Stock's own machinery, not its contract: the tokenizers DecodeStream and its helpers.
+    machinery = {"stream", "decode_next", "last_special", "added_token_ids", "prefix_offset", "read_offset",
+                 "tokens", "prompt_len"}
+    for attr in sorted(public - machinery):
+        value = getattr(stock, attr)
+        if callable(value):
+            assert callable(getattr(ours, attr)), attr
+            continue
+        if attr == "tokenizer":  # stock keeps the Rust tokenizer or the wrapper; ours the wrapper
+            assert getattr(ours, attr) is tok
+            continue
+        assert getattr(ours, attr) == value, attr
+
+
 # --- exactness through the real OutputProcessor -------------------------------------
 
 
