@@ -148,10 +148,10 @@ def late_characters(tok: Any, prompt_ids: Sequence[int], choice: Choice, stops: 
     """Characters that reached the client in a later delta than the one whose ids complete them.
 
     After each delta, a character is due when the decode of the ids so far agrees with the
-    final decode up to and including it (a trailing U+FFFD only once the stream has ended:
-    until then a later token may complete its bytes), it lies before the stop that ended the request, and
-    it is not part of a genuine partial stop match at the end of what is due (a stop may
-    still be forming there). Each character counts once, however many deltas it was late.
+    final decode up to and including it and it lies before the stop that ended the request;
+    while the stream goes on, neither trailing U+FFFD (bytes a later token may complete)
+    nor a genuine partial stop match at the end (a stop may still be forming there) is due.
+    Each character counts once, however many deltas it was late.
     """
     out = choice.ids
     final = expected_text(tok, prompt_ids, out, None)
@@ -163,12 +163,11 @@ def late_characters(tok: Any, prompt_ids: Sequence[int], choice: Choice, stops: 
         sent += len(text)
         seen += len(ids)
         now = tok.decode(list(prompt_ids) + out[:seen], skip_special_tokens=True)[pre:]
-        if k < len(choice.deltas) - 1:
-            now = now.rstrip("\ufffd")  # bytes a later token may still complete
         settled = len(os.path.commonprefix([now, final]))
         due = min(settled, limit)
-        if due < limit:
-            due -= _partial_stop(final[:due], stops)
+        if k < len(choice.deltas) - 1:  # the stream goes on: a later token may still
+            due = len(final[:due].rstrip("\ufffd"))  # complete these bytes,
+            due -= _partial_stop(final[:due], stops)  # or this stop
         for i in range(sent, due):
             late[i] = True
     return sum(late)
