@@ -527,13 +527,15 @@ def _startup_log(level: int, msg: str, *args: Any) -> None:
     """Log a start-up line where vLLM's own log shows it, once vLLM has set up logging.
 
     vLLM's API server loads general plugins before it configures logging: at that moment
-    the "vllm" logger has no handler, and Python drops a record below WARNING. Such a line
-    (the "on" line) waits until vLLM's next ``vllm.logger.configure_logging`` call (every
-    entry point makes one), then goes out through vLLM's handler. Warnings and errors go
-    out at once: Python's last-resort handler shows them even before vLLM configures
-    logging, and a reason for staying stock must never wait on a call that may not come.
+    the "vllm" logger has no handler, and Python drops a record below WARNING. An INFO line
+    (the "on" line) then waits until vLLM's next ``vllm.logger.configure_logging`` call
+    (every entry point makes one; the wrapper that waits for it puts vLLM's function back
+    on that call), then goes out through vLLM's handler. Other lines go out at once:
+    warnings and errors reach stderr through Python's last-resort handler, and a reason for
+    staying stock must never wait on a call that may not come; DEBUG lines (the plugin
+    off) are not worth touching vLLM for.
     """
-    if level >= logging.WARNING or logging.getLogger("vllm").handlers:
+    if level != logging.INFO or logging.getLogger("vllm").handlers:
         logger.log(level, msg, *args)
         return
     with _Startup.lock:

@@ -473,7 +473,8 @@ def test_the_on_line_waits_for_vllms_logging_and_goes_out_once_through_it(monkey
 
     vllm_root = logging.getLogger("vllm")
     saved = (vllm_root.handlers[:], vllm_root.propagate, vllm_root.level, logging.getLogRecordFactory())
-    monkeypatch.setattr(vllm_logger, "configure_logging", vllm_logger.configure_logging)
+    configure = vllm_logger.configure_logging
+    monkeypatch.setattr(vllm_logger, "configure_logging", configure)
     monkeypatch.setenv("DETOK_PLUGIN", "1")
     shim.unregister()
     monkeypatch.setattr(shim, "_Startup", shim._StartupState())  # nothing earlier tests left waiting
@@ -488,6 +489,12 @@ def test_the_on_line_waits_for_vllms_logging_and_goes_out_once_through_it(monkey
             logging.getLogger("vllm").handlers[0].flush()
         lines = [line for line in out.getvalue().splitlines() if "detok-plugin: on" in line]
         assert len(lines) == 1 and "INFO" in lines[0] and f"vLLM {shim._vllm_version()}" in lines[0]
+        assert vllm_logger.configure_logging is configure  # vLLM's own function is back
+        shim.unregister()
+        vllm_root.handlers = []
+        monkeypatch.setenv("DETOK_PLUGIN", "0")
+        assert not shim.register()  # off: vLLM's logging is not touched
+        assert vllm_logger.configure_logging is configure
     finally:
         vllm_root.handlers, vllm_root.propagate = saved[0], saved[1]
         vllm_root.setLevel(saved[2])
