@@ -1,9 +1,11 @@
 """Drop-in streamers for transformers' ``generate()``, driven by the core.
 
-``DetokStreamer``, ``DetokIteratorStreamer`` and ``AsyncDetokIteratorStreamer`` take the
-constructor arguments of ``TextStreamer``, ``TextIteratorStreamer`` and
-``AsyncTextIteratorStreamer``, keep their attributes, hooks, iterator protocol, timeouts
-and batch refusal, and change one thing: *which text leaves, and when*.
+``DetokStreamer``, ``DetokIteratorStreamer``, ``AsyncDetokIteratorStreamer`` and
+``DetokDiffusionStreamer`` take the constructor arguments of ``TextStreamer``,
+``TextIteratorStreamer``, ``AsyncTextIteratorStreamer`` and ``TextDiffusionStreamer``, keep
+their attributes, hooks, iterator protocol, timeouts and batch refusal, are instances of
+transformers' ``BaseStreamer`` where transformers is installed, and change one thing:
+*which text leaves, and when*.
 
 Why: ``TextStreamer`` re-decodes its whole token cache on every ``put`` (O(N) per token)
 and releases text only up to the last space, a newline or a CJK ideograph. Japanese kana
@@ -21,8 +23,9 @@ at a stop string by asking the streamer's own state (one matcher, not two).
 
 Switching it on without editing the application (``docs/transformers.md``):
 
-* :func:`install` rebinds ``TextStreamer``, ``TextIteratorStreamer`` and
-  ``AsyncTextIteratorStreamer`` in ``transformers``, ``transformers.generation`` and
+* :func:`install` rebinds ``TextStreamer``, ``TextIteratorStreamer``,
+  ``AsyncTextIteratorStreamer`` and ``TextDiffusionStreamer`` (where the installed
+  transformers has it) in ``transformers``, ``transformers.generation`` and
   ``transformers.generation.streamers``; :func:`uninstall` restores the originals.
 * ``DETOK_PLUGIN=1`` in the environment does the same at interpreter start, through a
   one-line ``.pth`` file that ``python -m detok_plugin.integrations.transformers install-pth``
@@ -48,11 +51,13 @@ transformers; :func:`install` and :class:`DetokStopCriteria` raise an ImportErro
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.abc
 import importlib.machinery
 import os
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Iterable, Sequence
 from queue import Queue
@@ -63,6 +68,7 @@ from detok_plugin import Delta, DetokenizerState, TagSet
 
 __all__ = [
     "AsyncDetokIteratorStreamer",
+    "DetokDiffusionStreamer",
     "DetokIteratorStreamer",
     "DetokStopCriteria",
     "DetokStreamer",
@@ -96,7 +102,7 @@ _BATCH_ERROR = "TextStreamer only supports batch size 1"
 # calling the tokenizer's own decode (the core's generic path).
 _CORE_DECODE_KWARGS = frozenset({"skip_special_tokens", "spaces_between_special_tokens"})
 _STREAMERS = "transformers.generation.streamers"
-_NAMES = ("TextStreamer", "TextIteratorStreamer", "AsyncTextIteratorStreamer")
+_DIFFUSION_BATCH_ERROR = "TextDiffusionStreamer only supports batch size 1"
 
 
 def _require_transformers() -> ModuleType:
@@ -179,6 +185,12 @@ class DetokStreamer:
     SentencePiece tokenizer the first character can then be the space that
     ``decode(generated ids)`` strips (the full decode keeps it).
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # An instance of transformers' BaseStreamer too, where transformers is installed
+        # (see _with_base_streamer): the class statement cannot name BaseStreamer, since
+        # this module must import without transformers (the DETOK_PLUGIN start-up hook).
+        return object.__new__(_with_base_streamer(cls))
 
     def __init__(
         self,
@@ -445,6 +457,81 @@ class AsyncDetokIteratorStreamer(DetokStreamer):
         return value
 
 
+class DetokDiffusionStreamer(DetokStreamer):
+    """``TextDiffusionStreamer`` with exact, prompt confirmed text.
+
+    Same constructor and contract as ``transformers.TextDiffusionStreamer``: a diffusion
+    model's ``generate()`` calls ``put_draft(ids)`` with each intermediate draft (printed in
+    yellow after saving the cursor, and wiped by the next draft or by confirmed text), then
+    ``put``/``end`` with the confirmed tokens, as for :class:`DetokStreamer`. Drafts are
+    whole sequences the model will overwrite, decoded whole by the tokenizer as stock does
+    (a draft needs a tokenizer with ``decode``); what changes is the confirmed text, which
+    leaves as :class:`DetokStreamer` releases it: each character with the token that
+    completes it, exactly the decode, never a U+FFFD a later token completes.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        skip_prompt: bool = False,
+        sleep_time: float | None = None,
+        *,
+        stop: str | Iterable[str] | None = (),
+        tags: TagSet | str | None = None,
+        reasoning: Reasoning = "separate",
+        **decode_kwargs: Any,
+    ) -> None:
+        super().__init__(tokenizer, skip_prompt, stop=stop, tags=tags, reasoning=reasoning, **decode_kwargs)
+        self._has_draft = False  # a draft is on screen, after a saved cursor position
+        self._takes_logits = False  # stock's switch for put_draft(logits=...): off, as stock
+        self.sleep_time = sleep_time
+
+    def put_draft(self, value: Any, **kwargs: Any) -> None:
+        """Show a draft (a whole sequence of ids) in place of the previous one."""
+        self._clear_draft()
+        shape = tuple(value.shape)
+        if len(shape) > 1 and shape[0] > 1:
+            raise ValueError(_DIFFUSION_BATCH_ERROR)
+        if len(shape) > 1:
+            value = value[0]
+        text = self.tokenizer.decode(value, **self.decode_kwargs)
+        # ESC 7 saves the cursor; the draft is yellow (SGR 33) and reset after.
+        print("\0337", end="", flush=True)
+        print(f"\033[33m{text}\033[0m", end="", flush=True)
+        self._has_draft = True
+        if self.sleep_time is not None:
+            time.sleep(self.sleep_time)
+
+    def put(self, value: Any) -> None:
+        """Confirmed ids: wipe the draft, then stream them as :class:`DetokStreamer` does."""
+        self._clear_draft()
+        super().put(value)
+
+    def end(self) -> None:
+        self._clear_draft()
+        super().end()
+
+    def _clear_draft(self) -> None:
+        if self._has_draft:
+            print("\0338\033[J", end="", flush=True)  # ESC 8: back to the saved cursor; clear below
+            self._has_draft = False
+
+
+@functools.cache
+def _with_base_streamer(cls: type) -> type:
+    """``cls``, or where transformers is installed a subclass of it and of transformers'
+    ``BaseStreamer`` (same name and qualified name), so that ``isinstance(s, BaseStreamer)``
+    holds for our streamers as for stock ones. One per class, made at its first instance:
+    BaseStreamer adds nothing but its type (its ``put``/``end`` come after ours)."""
+    try:
+        from transformers.generation.streamers import BaseStreamer
+    except ImportError:
+        return cls
+    if issubclass(cls, BaseStreamer):
+        return cls
+    return type(cls.__name__, (cls, BaseStreamer), {"__module__": cls.__module__, "__qualname__": cls.__qualname__})
+
+
 class DetokStopCriteria:
     """A ``StoppingCriteria`` that ends ``generate()`` when the streamer's stop string appears.
 
@@ -497,18 +584,28 @@ def _namespaces() -> list[ModuleType]:
     return [m for m in (sys.modules.get(n) for n in names) if m is not None]
 
 
+def _ours() -> dict[str, type]:
+    """transformers' streamer names and the drop-in each is rebound to."""
+    return {
+        "TextStreamer": DetokStreamer,
+        "TextIteratorStreamer": DetokIteratorStreamer,
+        "AsyncTextIteratorStreamer": AsyncDetokIteratorStreamer,
+        "TextDiffusionStreamer": DetokDiffusionStreamer,  # transformers 5.x
+    }
+
+
 def _patch(streamers: ModuleType) -> None:
-    ours = (DetokStreamer, DetokIteratorStreamer, AsyncDetokIteratorStreamer)
     with _lock:
         if _originals:
             return
-        for name in _NAMES:
+        ours = {name: cls for name, cls in _ours().items() if hasattr(streamers, name)}
+        for name in ours:
             _originals[name] = getattr(streamers, name)
         # Rebinding the defining module covers every later lookup: transformers and
         # transformers.generation are lazy modules that resolve names from it on first
         # access. Names they already resolved and cached are rebound as well.
         for module in _namespaces():
-            for name, cls in zip(_NAMES, ours):
+            for name, cls in ours.items():
                 setattr(module, name, cls)
 
 
@@ -517,8 +614,8 @@ def install() -> None:
 
     After ``install()``, ``transformers.TextStreamer(...)``, ``from transformers import
     TextIteratorStreamer`` and ``from transformers.generation.streamers import ...`` give
-    :class:`DetokStreamer`, :class:`DetokIteratorStreamer` and
-    :class:`AsyncDetokIteratorStreamer`. A name bound before ``install()`` (a module that
+    :class:`DetokStreamer`, :class:`DetokIteratorStreamer`,
+    :class:`AsyncDetokIteratorStreamer` and :class:`DetokDiffusionStreamer`. A name bound before ``install()`` (a module that
     ran ``from transformers import TextStreamer`` earlier) keeps the stock class: call it
     early, or use ``DETOK_PLUGIN=1``. Idempotent; :func:`uninstall` undoes it.
     """

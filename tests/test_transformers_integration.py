@@ -42,6 +42,7 @@ from detok_plugin import Delta, DetokenizerState  # noqa: E402
 from detok_plugin.integrations import transformers as shim  # noqa: E402
 from detok_plugin.integrations.transformers import (  # noqa: E402
     AsyncDetokIteratorStreamer,
+    DetokDiffusionStreamer,
     DetokIteratorStreamer,
     DetokStopCriteria,
     DetokStreamer,
@@ -519,7 +520,69 @@ PAIRS = [
     pytest.param(stock.TextStreamer, DetokStreamer, id="TextStreamer"),
     pytest.param(stock.TextIteratorStreamer, DetokIteratorStreamer, id="TextIteratorStreamer"),
     pytest.param(stock.AsyncTextIteratorStreamer, AsyncDetokIteratorStreamer, id="AsyncTextIteratorStreamer"),
+    pytest.param(stock.TextDiffusionStreamer, DetokDiffusionStreamer, id="TextDiffusionStreamer"),
 ]
+
+
+@pytest.mark.parametrize("theirs, ours", PAIRS)
+def test_instances_are_base_streamers_like_stock(qwen3, theirs, ours):
+    async def build() -> Any:
+        return ours(qwen3, skip_prompt=True)
+
+    ours_instance = asyncio.run(build())
+    assert isinstance(ours_instance, stock.BaseStreamer) and isinstance(ours_instance, ours)
+    assert type(ours_instance).__name__ == ours.__name__
+
+    class Mine(ours):  # an application's subclass is one too
+        pass
+
+    async def build_mine() -> Any:
+        return Mine(qwen3)
+
+    assert isinstance(asyncio.run(build_mine()), stock.BaseStreamer)
+
+
+def _diffusion_run(cls: Any, tok: Any, drafts_then_confirmed: list[list[list[int]]], capsys: Any) -> list[str]:
+    """Drive a diffusion streamer as a block-diffusion generate() does: per block, drafts
+    (whole blocks) then the confirmed block; return what reached the terminal per call."""
+    streamer = cls(tok, skip_prompt=True)
+    screens = []
+    streamer.put(torch.tensor([[1, 2]]))  # the prompt, skipped
+    for block in drafts_then_confirmed:
+        *drafts, confirmed = block
+        for draft in drafts:
+            streamer.put_draft(torch.tensor([draft]))
+            screens.append(capsys.readouterr().out)
+        streamer.put(torch.tensor(confirmed))
+        screens.append(capsys.readouterr().out)
+    streamer.end()
+    screens.append(capsys.readouterr().out)
+    return screens
+
+
+def test_diffusion_drafts_as_stock_and_confirmed_text_exact_and_prompt(qwen3, capsys):
+    """Same drafts and draft wiping as stock's TextDiffusionStreamer; the confirmed text
+    is the decode, each character printed with the block that completes it. Stock waits
+    for a space or a newline, so emoji and kana come late there."""
+    ids = qwen3.encode("こんにちは🫨世界 ok 👋🏽 done", add_special_tokens=False)
+    blocks = [ids[k : k + 3] for k in range(0, len(ids), 3)]
+    plan = [[[0] * len(b), b[:1] + [0] * (len(b) - 1), b] for b in blocks]  # two drafts, then confirmed
+    theirs = _diffusion_run(stock.TextDiffusionStreamer, qwen3, plan, capsys)
+    ours = _diffusion_run(DetokDiffusionStreamer, qwen3, plan, capsys)
+    draft_screens = [k for k, screen in enumerate(theirs) if "\0337" in screen]
+    assert draft_screens and [ours[k] for k in draft_screens] == [theirs[k] for k in draft_screens]
+
+    def confirmed(screen: str) -> str:  # what stays: the text after the draft is wiped
+        return screen.replace("\0338\033[J", "")
+
+    text = "".join(confirmed(x) for k, x in enumerate(ours) if k not in draft_screens)
+    assert text == qwen3.decode(ids) + "\n"
+    done = ""
+    for k, block in enumerate(blocks):  # after block k, every character it completed is out
+        done = "".join(confirmed(ours[j]) for j in range(3 * k + 3) if j not in draft_screens)
+        assert done == qwen3.decode(ids[: 3 * k + len(block)]).rstrip("\ufffd")
+    stock_text = "".join(confirmed(x) for k, x in enumerate(theirs) if k not in draft_screens)
+    assert stock_text == text  # stock ends with the same text, later
 
 
 @pytest.mark.parametrize("theirs, ours", PAIRS)
@@ -564,6 +627,7 @@ def restore():
 
 def test_install_rebinds_every_public_name_and_uninstall_restores(qwen3, restore):
     originals = (stock.TextStreamer, stock.TextIteratorStreamer, stock.AsyncTextIteratorStreamer)
+    diffusion = stock.TextDiffusionStreamer
     shim.install()
     shim.install()  # idempotent
     # Look the modules up afresh: building a model can replace sys.modules["transformers"]
@@ -575,6 +639,7 @@ def test_install_rebinds_every_public_name_and_uninstall_restores(qwen3, restore
 
     assert shim.installed()
     assert TextStreamer is DetokStreamer and TextIteratorStreamer is DetokIteratorStreamer
+    assert tf.TextDiffusionStreamer is DetokDiffusionStreamer and stock.TextDiffusionStreamer is DetokDiffusionStreamer
     assert tf.AsyncTextIteratorStreamer is AsyncDetokIteratorStreamer
     assert generation.TextIteratorStreamer is DetokIteratorStreamer
     assert stock.TextStreamer is DetokStreamer
@@ -582,6 +647,7 @@ def test_install_rebinds_every_public_name_and_uninstall_restores(qwen3, restore
     assert shim.uninstall() is False
     assert (tf.TextStreamer, tf.TextIteratorStreamer, tf.AsyncTextIteratorStreamer) == originals
     assert (stock.TextStreamer, generation.TextIteratorStreamer) == (originals[0], originals[1])
+    assert tf.TextDiffusionStreamer is diffusion and stock.TextDiffusionStreamer is diffusion
     from transformers import AsyncTextIteratorStreamer
 
     assert AsyncTextIteratorStreamer is originals[2]
