@@ -186,12 +186,6 @@ class DetokStreamer:
     ``decode(generated ids)`` strips (the full decode keeps it).
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        # An instance of transformers' BaseStreamer too, where transformers is installed
-        # (see _with_base_streamer): the class statement cannot name BaseStreamer, since
-        # this module must import without transformers (the DETOK_PLUGIN start-up hook).
-        return object.__new__(_with_base_streamer(cls))
-
     def __init__(
         self,
         tokenizer: Any,
@@ -202,6 +196,10 @@ class DetokStreamer:
         reasoning: Reasoning = "separate",
         **decode_kwargs: Any,
     ) -> None:
+        # An instance of transformers' BaseStreamer too, where transformers is installed
+        # (see _with_base_streamer): the class statement cannot name BaseStreamer, since
+        # this module must import without transformers (the DETOK_PLUGIN start-up hook).
+        self.__class__ = _with_base_streamer(type(self))
         # The stock attributes, under their stock names.
         self.tokenizer = tokenizer
         self.skip_prompt = skip_prompt
@@ -521,8 +519,9 @@ class DetokDiffusionStreamer(DetokStreamer):
 def _with_base_streamer(cls: type) -> type:
     """``cls``, or where transformers is installed a subclass of it and of transformers'
     ``BaseStreamer`` (same name and qualified name), so that ``isinstance(s, BaseStreamer)``
-    holds for our streamers as for stock ones. One per class, made at its first instance:
-    BaseStreamer adds nothing but its type (its ``put``/``end`` come after ours)."""
+    holds for our streamers as for stock ones. One per class, made at its first instance,
+    whose ``__class__`` :meth:`DetokStreamer.__init__` sets to it: BaseStreamer adds nothing
+    but its type (no slots, no state; its ``put``/``end`` come after ours)."""
     try:
         from transformers.generation.streamers import BaseStreamer
     except ImportError:

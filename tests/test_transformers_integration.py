@@ -532,6 +532,8 @@ def test_instances_are_base_streamers_like_stock(qwen3, theirs, ours):
     ours_instance = asyncio.run(build())
     assert isinstance(ours_instance, stock.BaseStreamer) and isinstance(ours_instance, ours)
     assert type(ours_instance).__name__ == ours.__name__
+    # The class still shows its own constructor's signature.
+    assert list(inspect.signature(ours).parameters)[:2] == ["tokenizer", "skip_prompt"]
 
     class Mine(ours):  # an application's subclass is one too
         pass
