@@ -13,7 +13,7 @@ What this module asserts about the two runs:
   inside a character, loses or garbles that character's completion. vLLM's test expects
   ``decode(prompt + out)[len(decode(prompt)):]``, the plugin's invariant 1.
 
-Marked ``vllm_upstream`` (about a quarter of an hour on two cores, both runs at once);
+Marked ``vllm_upstream`` (about 20 minutes on two cores, both runs at once);
 ``-m "not vllm_upstream"`` leaves it out of a quick run.
 """
 
