@@ -18,6 +18,7 @@ exit with status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import sys
 import unicodedata
@@ -36,6 +37,10 @@ _FFFD = "\ufffd"
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``detok-plugin`` console script; returns the exit status."""
+    # transformers draws tqdm bars while it de-quantizes and loads weights (one of them a bare
+    # tqdm that no transformers switch reaches); the CLI's own line says what is loading.
+    # Process-wide and read when tqdm is imported, so set first; a caller's value wins.
+    os.environ.setdefault("TQDM_DISABLE", "1")
     parser = _parser()
     args = parser.parse_args(argv)
     try:

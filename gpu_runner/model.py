@@ -8,7 +8,8 @@
 4. a directory holding exactly one ``.gguf`` file and no ``config.json``: that file.
 
 Everything loads with ``local_files_only=True``: the runner never reaches a model hub.
-transformers draws its own progress bars while it de-quantizes and loads weights.
+transformers draws its own progress bars while it de-quantizes and loads weights (the CLI
+turns them off with ``TQDM_DISABLE``).
 
 :func:`tiny_random_model` builds a 2-layer Qwen3 with random weights for any tokenizer: its
 near-uniform next-token distribution samples ids from the whole vocabulary, byte fragments
