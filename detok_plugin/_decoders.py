@@ -33,6 +33,9 @@ _BYTES = tuple(bytes((b,)) for b in range(256))
 class StreamDecoder(ABC):
     """The verbs every family's stream decoder offers."""
 
+    # No __dict__: the subclasses declare their own slots.
+    __slots__ = ()
+
     path: str = ""
     idle: bool = False
     quick: tuple[str | None, ...] = ()

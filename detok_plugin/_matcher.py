@@ -43,7 +43,6 @@ class Matcher:
     # The first characters of the patterns: from the root, the automaton can only move on
     # one of them, so the scan jumps (in C, with a regex) to the next one.
     first: re.Pattern[str]
-    first_chars: str
     # ``first.search``, bound once: every stream on this automaton shares the one object
     # (a bound method per stream would be one more object to touch per token).
     find_first: Callable[..., re.Match[str] | None]
@@ -106,7 +105,7 @@ class Matcher:
         chars = "".join(sorted({p[0] for p in patterns}))
         first = re.compile("[" + re.escape(chars) + "]")
         return Matcher(
-            patterns, tuple(goto), tuple(fail), tuple(depth), tuple(match), tuple(hold), first, chars, first.search,
+            patterns, tuple(goto), tuple(fail), tuple(depth), tuple(match), tuple(hold), first, first.search,
             tuple({} for _ in goto),
         )
 
