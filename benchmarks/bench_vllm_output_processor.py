@@ -231,12 +231,7 @@ class _switched:
 def forget(tok) -> None:
     """Empty what the plugin learnt for ``tok``: its ready plans and the scan memos of their
     automata (so the next replay starts cold)."""
-    table = build_table(tok)[0]
-    for matcher, _ in table._plans:
-        if matcher is not None:
-            for memo in matcher.steps:
-                memo.clear()
-    table._plans.clear()
+    build_table(tok)[0].forget()
 
 
 def main() -> None:

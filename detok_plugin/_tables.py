@@ -108,6 +108,16 @@ class TokenTable:
             got = self._plans.setdefault(key, ReadyPlan(root, idle))
         return got
 
+    def forget(self) -> None:
+        """Drop what streams on this table have learnt: its ready plans and the scan memos
+        of their stop automata. Streams running keep working (they learn again); the next
+        stream starts cold, as after a restart."""
+        for matcher, _ in self._plans:
+            if matcher is not None:
+                for memo in matcher.steps:
+                    memo.clear()
+        self._plans.clear()
+
 
 class ReadyPlan:
     """What streams on one table, automaton and skip flag have learnt: per stream state, a

@@ -8,7 +8,7 @@ import os
 import pytest
 from hypothesis import given, strategies as st
 
-from detok_plugin import DetokenizerState, Segment, TagSet, TokenTable
+from detok_plugin import DetokenizerState, Segment, TagSet, TokenTable, build_table
 from helpers import MULTILINGUAL, expected, probe_ids, settled
 
 
@@ -447,6 +447,8 @@ def test_ready_is_the_table_of_the_streams_state_shared_and_learnt(qwen3):
     nothing held or partly matched, a dict per held state), learnt from what streams saw,
     shared by every stream with the same configuration, with moves between states; None
     where a stop may complete in held text, and always on streams with a log or tags."""
+    # A table keeps a bounded number of plans: start from none, whatever ran before.
+    build_table(qwen3)[0].forget()
     hello, newline = (qwen3.encode(t, add_special_tokens=False)[0] for t in (" hello", "\n"))
     split = qwen3.encode("🫨", add_special_tokens=False)
     assert len(split) == 3

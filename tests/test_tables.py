@@ -138,3 +138,18 @@ def test_ready_plans_are_shared_per_automaton_learnt_and_bounded(qwen3):
     assert fresh.where(fresh.root) == (b"", 0, "", None)
     with pytest.raises(ValueError):
         fresh.where([])
+
+
+def test_forget_drops_learnt_plans_and_memos_and_streams_learn_again(qwen3):
+    table, _ = build_table(qwen3)
+    stop = ["\n\nUser:"]
+    a = DetokenizerState.from_tokenizer(qwen3, stop=stop, eos_token_ids=())
+    hello = qwen3.encode(" hello", add_special_tokens=False)[0]
+    assert a.push_text(hello) == " hello" and a._plan.root[hello] == " hello"
+    learnt, matcher = a._plan, next(m for m, _ in table._plans if m is not None and m.patterns == tuple(stop))
+    matcher.steps[0]["x"] = ("x", 0, "")  # a scan memo, as push_text leaves them
+    table.forget()
+    assert table._plans == {} and not any(matcher.steps)
+    b = DetokenizerState.from_tokenizer(qwen3, stop=stop, eos_token_ids=())
+    assert b._plan is not learnt and b._plan.root[hello] is None  # starts cold
+    assert a.push_text(hello) == " hello" and b.push_text(hello) == " hello"  # both go on exactly
