@@ -6,13 +6,14 @@ sha256), extracts only the test files that exercise detokenization without a GPU
 and runs them with pytest in a process of its own, once per mode of the
 ``detok_vllm_upstream`` pytest plugin (``tests/upstream/``): ``stock`` or ``plugin``.
 
-The tests name Hugging Face hub tokenizers; there is no hub here. A hub cache is laid out
-under the work directory (``HF_HOME``, ``HF_HUB_OFFLINE=1``) in which each repository the
-tests name resolves to a real tokenizer built offline by :mod:`tests.tokenizer_zoo`, of the
-same kind (byte-level BPE, SentencePiece with byte fallback, Tekken). So the tests run on
-real tokenizers, not the ones they name: their expected texts come from the tokenizer's own
-``decode`` at run time, never from a hard-coded string of the named model (checked for the
-files below).
+The tests name Hugging Face hub models; there is no hub here. A hub cache is laid out under
+the work directory (``HF_HOME``, ``HF_HUB_OFFLINE=1``) in which each repository the tests
+name resolves to a real tokenizer built offline by :mod:`tests.tokenizer_zoo`: Llama 3's
+own where they name Llama 3 (the output-processor tests hard-code its special tokens),
+Mistral's Tekken for Pixtral, and for the others one of the same kind (byte-level BPE,
+SentencePiece with byte fallback). The tests compute their expected texts with that
+tokenizer's own ``decode`` at run time, so the stand-ins change the inputs, not what is
+checked.
 
 Used by ``tests/test_vllm_upstream.py``; runnable by hand::
 
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from tests import tokenizer_zoo
 
-__all__ = ["VERSION", "DESELECTED", "HUB", "prepare", "run"]
+__all__ = ["VERSION", "HUB", "prepare", "run"]
 
 VERSION = "0.33.0"
 _SDIST_URL = (
@@ -62,10 +63,6 @@ _MEMBERS = (
     "tests/distributed/test_events.py",
 )
 _TEST_FILES = tuple(m for m in _MEMBERS if Path(m).name.startswith("test_") and "distributed" not in m)
-
-# Tests in those files that need what this machine lacks, with the reason. Everything
-# else in the files runs in both modes.
-DESELECTED: dict[str, str] = {}
 
 # Hub repository the tests name -> (tokenizer from tests.tokenizer_zoo, model config wanted).
 # Llama 3 is the real one (the tests hard-code its special tokens); the others are real
@@ -199,7 +196,7 @@ def run(mode: str, work: Path, *pytest_args: str) -> dict[str, dict[str, object]
     env.pop("DETOK_PLUGIN", None)
     command = [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "detok_vllm_upstream",
-        "-W", "ignore", *_TEST_FILES, *(f"--deselect={test}" for test in DESELECTED), *pytest_args,
+        "-W", "ignore", *_TEST_FILES, *pytest_args,
     ]  # fmt: skip
     done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True)
     if not report.exists():
