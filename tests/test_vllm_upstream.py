@@ -35,7 +35,7 @@ if importlib.metadata.version("vllm") != vllm_upstream_suite.VERSION:  # pragma:
 _DECODE_STREAMING = "tests/tokenizers_/test_detokenize.py::test_decode_streaming["
 # vLLM's tests that detokenize generated ids; each must have built at least one of ours.
 _DETOKENIZING = (
-    "tests/tokenizers_/test_detokenize.py::test_decode_streaming[",
+    _DECODE_STREAMING,
     "tests/tokenizers_/test_detokenize.py::test_mistral_edge_case[",
     "tests/tokenizers_/test_detokenize.py::test_oov_decode[",
     "tests/tokenizers_/test_detokenize.py::test_slow_decode_long_history",

@@ -87,13 +87,17 @@ HUB = {
 _REVISION = "0" * 40
 
 
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _download(dest: Path) -> None:
-    if dest.exists() and hashlib.sha256(dest.read_bytes()).hexdigest() == _SDIST_SHA256:
+    if dest.exists() and _sha256(dest) == _SDIST_SHA256:
         return
     tmp = dest.with_name(dest.name + f".tmp{os.getpid()}")
     with urllib.request.urlopen(_SDIST_URL, timeout=120) as response, open(tmp, "wb") as out:
         shutil.copyfileobj(response, out)
-    digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+    digest = _sha256(tmp)
     if digest != _SDIST_SHA256:
         tmp.unlink()
         raise RuntimeError(f"vllm-{VERSION}.tar.gz: sha256 {digest}, expected {_SDIST_SHA256}")
