@@ -2,9 +2,10 @@
 
 Both run in this process on the same replayed engine outputs: ``concurrency`` requests, each
 a real multilingual text (English, Chinese, Japanese, emoji) tokenized by the real tokenizer,
-one token per request per step, DELTA outputs (what the OpenAI server streams). With
-``--stops``, every request carries four stop strings that never occur, so each stream runs to
-the end and every step pays for the stop check.
+one token per request per step, DELTA outputs (what the OpenAI server streams). Three
+workloads: no stop strings; four stop strings that never occur, the same for every request
+(each stream runs to the end and every step pays for the stop check); and four of each
+request's own (multi-tenant API traffic: no two requests share a stop set).
 
 Two references bound what any detokenizer can reach here:
 
@@ -18,11 +19,10 @@ Two references bound what any detokenizer can reach here:
 
 ``detok ns/req`` is each one's cost above the floor per request per step.
 
-The plugin's ready plans (``detok_plugin._tables.ReadyPlan``: what each id does in each
-stream state, learnt from what streams saw and shared by every stream with the same
-options) are emptied before each row's first replay, which is also the warm-up: ``cold``
-is that replay's plugin/stock, every table empty at its start. The other replays run on
-what the first learnt, as a server's streams do once a few requests have passed.
+What the plugin learns as streams run (each stop automaton's scan memo) is dropped
+(``detok_plugin.forget()``) before each row's first replay, which is also the warm-up:
+``cold`` is that replay's plugin/stock. The other replays run on what the first learnt, as
+a server's streams do once a few requests have passed.
 
 Timing: the four processors (stock, plugin, bare, floor) are built untimed with the same requests,
 each with its own copy of the replayed steps; then the heap is collected and frozen
@@ -54,11 +54,22 @@ from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
 from vllm.v1.engine.detokenizer import IncrementalDetokenizer
 from vllm.v1.engine.output_processor import OutputProcessor
 
+import detok_plugin
 from detok_plugin._tables import build_table
 from detok_plugin.integrations import vllm as shim
 
 STOPS = ["\n\nUser:", "</answer>", "<|endofturn|>", "Observation:"]
-TARGETS = {True: 0.6, False: 0.8}  # plugin / stock, with and without stops
+STOP_MODES = ("none", "shared", "own")
+LABELS = {"none": "none", "shared": "4 stops, shared", "own": "4 stops, per request"}
+TARGETS = {"none": 0.8, "shared": 0.58, "own": 0.58}  # plugin / stock
+
+
+def stops_of(mode: str, r: int) -> list[str] | None:
+    """Request ``r``'s stop strings: none; the same four for every request; or four of its
+    own (multi-tenant API traffic: every request brings a set no other has)."""
+    if mode == "none":
+        return None
+    return STOPS if mode == "shared" else [f"{s[:-1]}{r}{s[-1]}" for s in STOPS]
 
 
 def workload(tok, concurrency: int, steps: int, prompt_len: int) -> list[tuple[list[int], list[int]]]:
@@ -73,14 +84,14 @@ def workload(tok, concurrency: int, steps: int, prompt_len: int) -> list[tuple[l
     return work
 
 
-def requests(work, *, stops: bool) -> list[EngineCoreRequest]:
+def requests(work, *, stops: str) -> list[EngineCoreRequest]:
     """One DELTA request per (prompt, output) of ``work``, as the OpenAI server streams."""
     steps = len(work[0][1])
     return [
         EngineCoreRequest(
             request_id=f"r{r}", external_req_id=f"r{r}", prompt_token_ids=list(prompt), mm_features=None,
             sampling_params=SamplingParams(
-                max_tokens=steps, output_kind=RequestOutputKind.DELTA, stop=STOPS if stops else None
+                max_tokens=steps, output_kind=RequestOutputKind.DELTA, stop=stops_of(stops, r)
             ),
             pooling_params=None, arrival_time=0.0, lora_request=None, cache_salt=None, data_parallel_rank=None,
         )
@@ -88,7 +99,7 @@ def requests(work, *, stops: bool) -> list[EngineCoreRequest]:
     ]
 
 
-def build(tok, work, *, stops: bool, mode: str) -> tuple[OutputProcessor, list[list[EngineCoreOutput]]]:
+def build(tok, work, *, stops: str, mode: str) -> tuple[OutputProcessor, list[list[EngineCoreOutput]]]:
     """One processor with every request added, and its own copy of the replayed steps
     (``process_outputs`` may trim a step's ids in place, so no two processors share one)."""
     steps = len(work[0][1])
@@ -143,7 +154,7 @@ class Bare:
 MODES = ("stock", "plugin", "bare", "floor")
 
 
-def one_replay(tok, work, *, stops: bool) -> dict[str, float]:
+def one_replay(tok, work, *, stops: str) -> dict[str, float]:
     """Mean ns per ``process_outputs`` call of each of ``MODES`` over one replay.
 
     The processors live side by side and take each engine step in turn (the order
@@ -174,7 +185,7 @@ def one_replay(tok, work, *, stops: bool) -> dict[str, float]:
     return {mode: total / len(work[0][1]) for mode, total in totals.items()}
 
 
-def isolated_replay(tok, work, *, stops: bool) -> dict[str, float]:
+def isolated_replay(tok, work, *, stops: str) -> dict[str, float]:
     """Mean ns per request-step of the detokenizers alone: ``update`` and
     ``get_next_output_text`` as ``process_outputs`` calls them, with nothing around them.
     All kinds are built from the same requests and take each step in turn."""
@@ -229,9 +240,9 @@ class _switched:
 
 
 def forget(tok) -> None:
-    """Empty what the plugin learnt for ``tok``: its ready plans and the scan memos of their
-    automata (so the next replay starts cold)."""
-    build_table(tok)[0].forget()
+    """Empty what the plugin learnt (its stop automata's scan memos), so the next replay
+    starts cold."""
+    detok_plugin.forget()
 
 
 def main() -> None:
@@ -248,7 +259,7 @@ def main() -> None:
         args.repeats, args.steps = 2, 32
     tok = get_cached_tokenizer(tokenizer_zoo.load(args.tokenizer))
     rows = []
-    for stops in (False, True):
+    for stops in STOP_MODES:
         for conc in args.concurrency:
             work = workload(tok, conc, args.steps, args.prompt_len)
             forget(tok)
@@ -259,7 +270,7 @@ def main() -> None:
             ratio = {m: statistics.median(g[m] / g["stock"] for g in got) for m in MODES}
             rows.append(
                 (
-                    "4 stops" if stops else "none",
+                    LABELS[stops],
                     conc,
                     *(f"{med[m] / 1e3:.1f}" for m in MODES),
                     f"{(med['stock'] - med['floor']) / conc:.0f}",
@@ -274,7 +285,7 @@ def main() -> None:
             )
             print(f"  done: stops={stops} concurrency={conc} ratio={ratio['plugin']:.2f}", flush=True)
     iso_rows = []
-    for stops in (False, True):
+    for stops in STOP_MODES:
         work = workload(tok, args.isolated_requests, args.steps, args.prompt_len)
         forget(tok)
         isolated_replay(tok, work, stops=stops)  # warm-up
@@ -282,7 +293,7 @@ def main() -> None:
         above = {m: statistics.median(g[m] - g["floor"] for g in got) for m in MODES}
         iso_rows.append(
             (
-                "4 stops" if stops else "none",
+                LABELS[stops],
                 args.isolated_requests,
                 f"{above['stock']:.0f}",
                 f"{above['plugin']:.0f}",

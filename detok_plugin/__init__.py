@@ -14,8 +14,9 @@ from ._errors import (
     TokenTypeError,
     UnsupportedTokenizerError,
 )
+from ._serving import ServingStream
 from ._simple import IncrementalDetokenizer
-from ._state import Delta, DetokenizerState, Segment
+from ._state import Delta, DetokenizerState, Segment, forget
 from ._tables import TokenTable, build_table, decode_with_table
 from ._tags import TagSet, ToolCall, parse_tool_body
 
@@ -27,6 +28,7 @@ __all__ = [
     "DetokenizerState",
     "IncrementalDetokenizer",
     "Segment",
+    "ServingStream",
     "StreamFinishedError",
     "TagSet",
     "TokenIdError",
@@ -36,5 +38,6 @@ __all__ = [
     "UnsupportedTokenizerError",
     "build_table",
     "decode_with_table",
+    "forget",
     "parse_tool_body",
 ]

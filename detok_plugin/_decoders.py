@@ -75,30 +75,6 @@ class StreamDecoder(ABC):
         """Whether ``peek_final()`` is all U+FFFD now (so it matches no stop without one)."""
         return self.held_is_replacement
 
-    #: ``snapshot()`` with nothing held.
-    IDLE: Any = None
-    #: Whether ``restore`` rebuilds part of the state from the ids (a snapshot that does not
-    #: hold all of it): then, from a state that holds something, only an id after which the
-    #: decoder still gives nothing and holds on is a function of the snapshot and the id.
-    REPLAYS = False
-
-    def snapshot(self) -> Any:
-        """A small hashable value that, given to ``restore``, puts any decoder of this table
-        back in the state it is in now; None where there is none (a generic window)."""
-        return None
-
-    def restore(self, snapshot: Any, ids: Sequence[int], since: int) -> None:
-        """Return to the state ``snapshot`` was taken in (a value ``snapshot`` returned).
-        ``ids[since:]`` are the ids the stream took since this decoder last took one (a
-        caller's moves): a decoder whose snapshot leaves out part of its state (a
-        SentencePiece run's text) takes that part from them."""
-        raise NotImplementedError
-
-    def open_run(self) -> tuple[int, int] | None:
-        """An open byte run that may still render as characters: ``final_growth``'s mark for
-        it as it stands (its serial, how many pieces of complete characters it has); else None."""
-        return None
-
 
 class ByteLevelStream(StreamDecoder):
     """Byte-level BPE: concatenate token bytes, decode UTF-8 incrementally.
@@ -188,15 +164,6 @@ class ByteLevelStream(StreamDecoder):
 
     def holds(self) -> bool:
         return bool(self._tail)
-
-    IDLE = b""
-
-    def snapshot(self) -> bytes:
-        return self._tail  # the bytes of an unfinished character are the whole state
-
-    def restore(self, snapshot: bytes, ids: Sequence[int], since: int) -> None:
-        self._tail = snapshot
-        self.idle = not snapshot
 
     def flush(self) -> str:
         tail, self._tail = self._tail, b""
@@ -320,69 +287,6 @@ class SentencePieceStream(StreamDecoder):
 
     def holds(self) -> bool:
         return self._run_len > 0 and not self._run_bad
-
-    IDLE = ()
-    REPLAYS = True
-
-    def snapshot(self) -> tuple[()] | bytes | None:
-        """``()`` when idle; in an open run that may still render as characters (the strip
-        decided), the bytes of its unfinished character (``b""`` at a character boundary):
-        the run's text is not in it, ``restore`` takes it from the ids. None otherwise."""
-        if self.idle:
-            return ()
-        if self._run_len and not self._run_bad and not self._strip:
-            return self._tail
-        return None
-
-    def restore(self, snapshot: tuple[()] | bytes, ids: Sequence[int], since: int) -> None:
-        if not self.idle:
-            if snapshot != ():
-                # The run was open when the stream last called: the ids since continue it.
-                start = since
-            else:
-                start = -1
-        else:
-            # Idle then: the run, if one is open now, is the trailing byte pieces (skipped
-            # specials do not close a run) after ``since``.
-            start = len(ids)
-            if snapshot != ():
-                while start > since and self._in_run(ids[start - 1]):
-                    start -= 1
-        if start < 0:
-            self._close_run()
-            self._strip = False
-            self.idle = True
-            return
-        # Each of those ids continued a run that stayed valid (a move), so their bytes are
-        # decoded at once; the run's pieces may be grouped otherwise than one per id, which
-        # only final_growth's marks see, and those are taken after this.
-        byte_values, n = self._bytes, len(self._bytes)
-        data = bytes([byte_values[i] for i in ids[start:] if 0 <= i < n and byte_values[i] >= 0])
-        if not data:
-            return
-        self._run_len += len(data)
-        self.idle = False
-        data = self._tail + data
-        text, used = _utf8_decode(data, "strict", False)
-        if text:
-            self._run_text.append(text)
-        self._tail = data[used:]
-
-    def _in_run(self, i: int) -> bool:
-        """Whether id ``i`` leaves an open run open: a byte piece, a skipped special token,
-        or an id past the vocabulary (a caller kept it; the decode skips it)."""
-        byte_values = self._bytes
-        return (
-            not 0 <= i < len(byte_values)
-            or byte_values[i] >= 0
-            or self._pieces[i] is None  # a hole: the caller kept it, the decode skips it
-            or (self._skip is not None and i in self._skip)
-        )
-
-    def open_run(self) -> tuple[int, int] | None:
-        if not self._run_len or self._run_bad:
-            return None
-        return self._run_serial, len(self._run_text)
 
     def flush(self) -> str:
         return self._out(self._close_run())

@@ -136,42 +136,18 @@ class DetokenizerState:
     string or stop token id; None for EOS) are attributes to read, not to set.
     ``token_ids`` is the list of the output ids taken so far; its length is the count that
     ``min_tokens`` and ``max_tokens`` compare with.
-
-    ``ready``, for a serving loop that takes the ready path itself (see docs/design.md):
-    None, or the table of the stream's current state, indexed by token id (a list or a
-    dict: an id it lacks, or whose entry is None, is not learnt). For an id ``i >= 0`` in it:
-
-    * an entry that is a str: ``push_text(i)`` would append ``i`` to ``token_ids``, return
-      that str and change nothing else, so a caller may do exactly that instead of the call;
-    * a tuple ``(text, table)``, a move: ``push_text(i)`` would append ``i``, return
-      ``text`` and put the stream in the state whose table is ``table``. A caller may do
-      that itself too, going on from ``table``.
-
-    A caller that took any entry itself says where it is with ``resume(table)`` before its
-    next call into the stream (a str entry of a held state may add to what is held: the
-    ids of an open SentencePiece byte run).
-
-    It changes only when a call takes another path: read it again after every call into
-    the state. Always None on a stream with tags or one that keeps a log (its ready path
-    logs too).
     """
 
-    # Slot order is memory order: what the ready path reads comes first (four slots), then
-    # what push_text's other branch and _refresh_hot read, so that a token touches one or
-    # two cache lines of the state (three at most on push_text's paths), not six.
+    # Slot order is memory order: what push_text's hot branch reads comes first.
     __slots__ = (
-        "_ready",
         "token_ids",
         "_size",
+        "_hot",
         "_keep_log",
         "finish_reason",
         "stop_reason",
-        "ready",
-        "_hot",
         "_dec",
         "_ac_state",
-        "_at",
-        "_plan",
         "_first",
         "_held_may_stop",
         "_steps",
@@ -181,9 +157,7 @@ class DetokenizerState:
         "_done",
         "_fffd_stops",
         "_prov",
-        "_synced",
         "_early",
-        "_moves",
         "_log_text",
         "_log_kind",
         "path",
@@ -229,7 +203,6 @@ class DetokenizerState:
         stop_in_reasoning: bool = False,
         request_id: str | None = None,
         keep_log: bool = True,
-        ready_moves: bool = False,
     ) -> "DetokenizerState":
         """Start a stream on ``tokenizer`` (transformers, ``tokenizers.Tokenizer``, a
         :class:`TokenTable`, or anything with ``decode(ids)``).
@@ -239,10 +212,6 @@ class DetokenizerState:
         takes it (slow SentencePiece tokenizers); tokenizers-backed decodes ignore it.
         ``keep_log=False`` keeps no lossless log (``log()`` then refuses): for callers that
         keep the text themselves and want neither the memory nor the per-token append.
-        ``ready_moves=True`` (with ``keep_log=False``): ``ready`` also offers the tables of
-        held states and moves between them, for a caller that takes them itself (the vLLM
-        adapter); otherwise it is the root table or None, and the stream spends nothing on
-        held states' tables.
         """
         if reasoning not in ("separate", "strip", "inline"):
             raise ValueError(f"reasoning must be 'separate', 'strip' or 'inline', not {reasoning!r}")
@@ -317,8 +286,6 @@ class DetokenizerState:
         self._log_text: list[str] = [] if keep_log else _NO_LOG  # type: ignore[assignment]
         self._log_kind: list[int] = [] if keep_log else _NO_LOG  # type: ignore[assignment]
         self._keep_log = keep_log
-        self._moves = ready_moves and not keep_log
-        self._synced = 0  # len(token_ids) when the stream last answered (moves only)
         if tags is not None and tags.reasoning_open and tags.reasoning_close and prompt:
             # A template that ends inside an open reasoning block (``<think>\n``) starts the
             # stream in reasoning. Decoded with special tokens kept: the tag may be one.
@@ -331,19 +298,13 @@ class DetokenizerState:
         self._pending = ""
         self._tool_index = -1
         self._tool_body: list[str] = [] if tags is not None else _NO_LOG  # type: ignore[assignment]
-        # The hot paths (see _refresh_hot): a table, no tags, stop ids or max_tokens. Stop
-        # strings may be live: a token whose text has no first character of a stop, with
-        # nothing held or partly matched, leaves at once. _first finds such a character
-        # (None: no stops); the table's ready texts (shared, learnt per id) stand in for it.
+        # push_text's hot branch: a table, no tags, stop ids or max_tokens. Stop strings may
+        # be live: a token whose text has no first character of a stop, with nothing held or
+        # partly matched, leaves at once. _first finds such a character (None: no stops).
         content = self._matchers[_CONTENT]
         self._hot_static = self._vocab is not None and tags is None and not self._stop_ids and max_tokens is None
         self._first = content.find_first if content is not None else None
         self._steps = content.steps if content is not None else ()
-        # What streams with this table, automaton and skip flag learnt: per stream state, what
-        # each id does there (see ReadyPlan; ``ready`` and ``_ready`` are its tables).
-        self._plan = (
-            table.ready_plan(content, skip_special_tokens, dec.IDLE) if self._hot_static and table is not None else None
-        )
         # Text the decoder holds can complete a stop only if, rendered as final, it can
         # contain a stop's characters: never when it is all U+FFFD and no stop has one.
         self._fffd_stops = any("\ufffd" in s for s in stops)
@@ -353,23 +314,12 @@ class DetokenizerState:
         self._early = ""
         self._held_may_stop = self._has_stops[_CONTENT] and (not dec.held_is_replacement or self._fffd_stops)
         self._hot = self._hot_static and not self._skip_chars
-        self._refresh_hot()
         return self
 
     # --- the verbs ---------------------------------------------------------------------
 
     def push(self, ids: int | Sequence[int]) -> Delta:
         """Add one id or several (a speculative step); return what is now settled."""
-        ready = self._ready
-        if ready is not None and type(ids) is int and 0 <= ids < self._size and (text := ready[ids]).__class__ is str:
-            # The ready path (see _refresh_hot): this id's text leaves as it is.
-            self.token_ids.append(ids)
-            if text:
-                if self._keep_log:
-                    self._log_text.append(text)
-                    self._log_kind.append(_CONTENT)
-                return _text_delta(text)
-            return _ONE_EMPTY
         if self._done:
             raise StreamFinishedError(len(self.token_ids), self.request_id, self.finish_reason or "finish() was called")
         if (
@@ -401,7 +351,7 @@ class DetokenizerState:
                 break
         if self.finish_reason is not None:
             self._close(out)
-        self._refresh_hot()
+        self._settled()
         if len(checked) == 1 and not out.text and not out.reasoning and not out.tools and self.finish_reason is None:
             return _ONE_EMPTY
         return self._delta(out, consumed)
@@ -419,7 +369,6 @@ class DetokenizerState:
         self._close(out)
         self._dec = None  # type: ignore[assignment]
         self._hot = False
-        self._ready = self.ready = self._at = None
         return self._delta(out, 0)
 
     @property
@@ -475,30 +424,14 @@ class DetokenizerState:
         Refused on a stream with tags, whose reasoning and tool-call channels it would drop.
         """
         tid = token_id
-        ready = self._ready
-        if ready is not None and type(tid) is int and 0 <= tid < self._size and (text := ready[tid]).__class__ is str:
-            # The ready path (see _refresh_hot): nothing held, nothing partly matched, and
-            # this id's text holds no first character of a stop. One index, then it leaves.
-            self.token_ids.append(tid)
-            if text and self._keep_log:
-                self._log_text.append(text)
-                self._log_kind.append(_CONTENT)
-            return text
         if self._hot and type(tid) is int and 0 <= tid < self._size:
-            # Content only, nothing skipped, stream live, but this id is not ready: the
-            # decoder holds bytes, a stop is partly matched, the id moves the stream to
-            # another state, or it is new here. An idle decoder's text is one index away.
-            before = self._at  # this state's table in the plan (None: not tabled)
-            pure = True  # whether the outcome is a function of the state and the id alone
+            # Content only, nothing skipped, stream live. An idle decoder's text is one
+            # index away.
             dec = self._dec
             if not dec.idle or (text := dec.quick[tid]) is None:
-                busy = not dec.idle
-                try:
-                    text = dec.feed_one(tid)
-                except TypeError:  # a hole in the vocabulary: the checked path raises
-                    return self.push(tid).text
-                if busy and text and dec.REPLAYS:
-                    pure = False  # a SentencePiece run closed: its text is not in the snapshot
+                if self._vocab[tid] is None:  # type: ignore[index]
+                    return self.push(tid).text  # a hole in the vocabulary: the checked path raises
+                text = dec.feed_one(tid)
             self.token_ids.append(tid)
             first = self._first  # None: no stop strings
             if first is not None:
@@ -512,16 +445,12 @@ class DetokenizerState:
                 elif held or self._ac_state or (text and first(text) is not None):
                     # A stop is partly matched, may start in this text, or may complete in
                     # what the decoder holds: the boundary scan decides.
-                    text, scanned_pure = self._scan_text(text, held)
-                    pure = pure and scanned_pure
+                    text = self._scan_text(text, held)
                 elif text and self._keep_log:
                     self._log(_CONTENT, text)
             elif text and self._keep_log:
                 self._log(_CONTENT, text)
-            self._refresh_hot()
-            if pure and before is not None and (after := self._at) is not None:
-                # Learnt: the next stream in this state takes this id from the table.
-                before[tid] = text if after is before else (text, after)
+            self._settled()
             return text
         if self._tags is not None:
             raise ValueError("push_text() returns content only; a stream with tags needs push()")
@@ -535,15 +464,12 @@ class DetokenizerState:
                 return self._push_one(tid, True)  # type: ignore[return-value]
         return self.push(tid).text
 
-    def _scan_text(self, text: str, held: bool) -> tuple[str, bool]:
+    def _scan_text(self, text: str, held: bool) -> str:
         """push_text's boundary step when a stop may be involved (content is the only
         channel). The common outcome, no stop completes in the text nor in what the decoder
         holds rendered as final (the provisional check of ``_take_settled``), is ``_take``'s
         no-match branch without building an ``_Out``; any other goes through ``_settle``,
-        which scans again from the same state and decides. Also returns whether no stop
-        matched (a match may depend on min_tokens; a no-match outcome is a function of the
-        start node, the text and, where held text was checked, the node its scan reached:
-        the plan keys such states by that node too, see _refresh_hot)."""
+        which scans again from the same state and decides."""
         ac = self._ac
         start = self._ac_state
         state, hit = ac.scan(start, text)
@@ -558,10 +484,10 @@ class DetokenizerState:
                     memo[scanned] = (text, state, self._pending)
                 if text:
                     self._log(_CONTENT, text)
-                return text, True
+                return text
         out = _Out()
         self._settle(text, out)
-        return "".join(out.text), False
+        return "".join(out.text)
 
     def _push_one(self, tid: int, as_text: bool = False) -> Delta | str:
         """``push`` of one checked id that is no stop token or id tag: ``_step`` without
@@ -580,7 +506,7 @@ class DetokenizerState:
             if self._keep_log:
                 self._log_text.append(text)
                 self._log_kind.append(_CONTENT)
-            self._refresh_hot()
+            self._settled()
             return text if as_text else _text_delta(text)
         out = _Out()
         self._settle(text, out)
@@ -592,13 +518,13 @@ class DetokenizerState:
 
     def _settle(self, text: str, out: _Out) -> None:
         """The rest of one checked id's push after its decode: the boundary, the
-        provisional stop, max_tokens, closing on a finish; then which hot path is open."""
+        provisional stop, max_tokens, closing on a finish."""
         self._take_settled(text, out)
         if self.finish_reason is None and self._max_tokens is not None and len(self.token_ids) >= self._max_tokens:
             self.finish_reason = "length"
         if self.finish_reason is not None:
             self._close(out)
-        self._refresh_hot()
+        self._settled()
 
     def _step(self, tid: int, out: _Out) -> None:
         """One checked id: count it; a stop token ends the stream (its text only with
@@ -694,91 +620,23 @@ class DetokenizerState:
 
     # --- internals: the boundary --------------------------------------------------------
 
-    def _refresh_hot(self) -> None:
-        """Which table of the plan the stream is at, after anything but the ready path
-        changed it.
+    def _settled(self) -> None:
+        """After a token: once the decoder holds nothing, no held text showed by
+        ``min_tokens`` any more (``_early``; released on a path with no match)."""
+        if self._early and not self._dec.holds():
+            self._early = ""
 
-        ``_hot`` (push_text's own path, kept where its inputs change: construction,
-        ``_unskip``, ``_close``, ``finish``): a table, no tags, stop ids or max_tokens,
-        nothing skipped, stream live; stop strings may be live. ``_at``: the plan's table
-        of the stream's state while ``_hot`` holds: the root with nothing held and nothing
-        partly matched; on a stream with ``ready_moves``, also a held state's own (where a
-        stop may complete in held text, keyed by the node a scan of it reached), except
-        until ``min_tokens``; otherwise None. ``_ready`` (push's and push_text's ready
-        path): the root while at it, else None. A str entry of the root is then exactly
-        what the checked path would emit, and the ready path changes nothing else, so
-        ``_ready`` stays right until a token takes another path (each of which ends here).
-        ``ready`` is ``_at`` for callers, on streams without a log.
-        """
-        if not self._hot:
-            self._ready = self.ready = self._at = None
-            return
-        dec = self._dec
-        if self._early and not dec.holds():
-            self._early = ""  # what was held is out: released on a path with no match
-        if dec.idle and not self._ac_state:
-            self._ready = at = self._plan.root  # type: ignore[union-attr]
-        else:
-            self._ready = at = None
-            if self._moves and (snap := dec.snapshot()) is not None:
-                if self._held_may_stop and dec.holds():
-                    # A stop may complete in the held text: the state includes the node a
-                    # scan of it reaches (what _held_hit goes on from); untabled if unknown.
-                    if (held_node := self._held_node()) is not None:
-                        at = self._plan.table(snap, self._ac_state, self._pending, held_node)  # type: ignore[union-attr]
-                else:
-                    at = self._plan.table(snap, self._ac_state, self._pending)  # type: ignore[union-attr]
-        if self._moves:
-            self._synced = len(self.token_ids)
-            if at is not None and self._min_tokens and len(self.token_ids) <= self._min_tokens and self._has_stops[_CONTENT]:
-                # Until min_tokens a stop may complete too early, and what showed by then
-                # (_early) is the stream's own: no moves (root stays hold nothing).
-                at = None
-        self._at = at
-        self.ready = None if self._keep_log else at
-
-    def _held_node(self) -> int | None:
-        """The node ``ac.scan(_ac_state, held text)`` reaches, where the held text is an open
-        SentencePiece run's complete characters, when _held_hit's last scan covered all of
-        them (or the run has none yet); else None (then the state is not tabled: also after
-        a scan that stopped at a match min_tokens let pass, or with a stop holding U+FFFD,
-        which a run's count of bytes decides)."""
-        if self._fffd_stops:
-            return None  # a run ending inside a character renders one U+FFFD per byte: not a node
-        run = self._dec.open_run()
-        if run is None:
-            return None
-        prov = self._prov
-        if prov is not None and prov[0] is self._ac and prov[1] == self._ac_state and prov[2] == run:
-            return prov[3]  # the last scan covered every character the run has
-        return None if run[1] else self._ac_state
-
-    def resume(self, table: Any) -> None:
-        """Tell the stream which of its plan's tables a caller that takes ``ready`` itself
-        is at now; before its next call into the stream, which otherwise goes on from where
-        it last answered. Cheap when nothing the caller took changed the stream's state."""
-        if table is self._at and (
-            len(self.token_ids) == self._synced or not self._dec.REPLAYS or self._dec.idle
-        ):
-            # The same state, or ids that stayed in it changing nothing: a stay in a
-            # SentencePiece run adds to the run's text, which only the ids say.
-            return
-        if not self._hot or self._plan is None:
-            raise ValueError("resume() on a stream that offers no ready table")
-        snap, node, held, held_node = self._plan.where(table)
-        dec = self._dec
-        dec.restore(snap, self.token_ids, self._synced)
-        self._ac_state = node
-        self._pending = held
-        self._prov = None
-        if held_node is not None and (run := dec.open_run()) is not None and run[1]:
-            # _held_hit goes on from the node the run's characters reached (a mark as
-            # final_growth makes: the run's serial, its pieces' count), not from the start.
-            # The characters' count is only compared with _early, the run's head that showed
-            # by min_tokens (tables are offered only after it): the run holds at least that
-            # much, and any count that large compares alike, so no O(run) count here.
-            self._prov = (self._ac, node, run, held_node, len(self._early))
-        self._refresh_hot()
+    def _at_rest(self) -> bool:
+        """For the serving layer (``ServingStream``): live, in content, no log or tags, on a
+        table, the decoder holding nothing, no stop partly matched, nothing of the prompt
+        left to skip. At rest, an id whose quick text holds no first character of a stop,
+        that is no stop id and does not reach ``max_tokens``, is appended and its text
+        released, and nothing else changes: what ``push_text`` would do."""
+        return (
+            not (self._done or self._skip_chars or self._ac_state or self._keep_log or self._tags is not None)
+            and self._vocab is not None
+            and self._dec.idle
+        )
 
     def _check_range(self, tid: int, position: int) -> None:
         vocab = self._vocab
@@ -954,6 +812,14 @@ class DetokenizerState:
 _NO_IDS: frozenset[int] = frozenset()
 _NO_ID_TAGS: dict[int, tuple[str, str]] = {}  # shared: read, never written
 _NO_LOG: tuple[()] = ()  # shared: stands for a list nothing is ever appended to
+
+
+def forget() -> None:
+    """Drop what streams have learnt: the cached stop automata, and with them their scan
+    memos (``Matcher.steps``, the one table filled in as streams run). Running streams go
+    on exactly with the automaton they have; the next ones build theirs again, cold."""
+    _channels.cache_clear()
+    Matcher.build.cache_clear()
 
 
 @functools.lru_cache(maxsize=256)

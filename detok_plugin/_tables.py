@@ -31,9 +31,7 @@ __all__ = ["Family", "TokenTable", "build_table", "decode_with_table", "eos_toke
 
 Family = Literal["byte_level", "sentencepiece", "generic"]
 
-_MAX_PLANS = 16  # ready plans kept per table (a root list of 1.2 MB each for Qwen3)
-_MAX_PLAN_STATES = 1024  # tables for held states per plan (dicts of the ids seen there)
-
+_MAX_REST = 64  # rest_texts dicts per table: one per skip flag and set of stops' first characters
 
 @dataclass(frozen=True, slots=True)
 class TokenTable:
@@ -60,9 +58,8 @@ class TokenTable:
     splits: tuple[tuple[str, bytes] | None, ...] = field(default=(), repr=False, compare=False)
     #: Whether some id below ``vocab_size`` has no piece (derived; checked once here).
     has_holes: bool = field(default=False, init=False, repr=False, compare=False)
-    #: Per automaton (None: no stop strings) and skip flag, the ready plan (ready_plan).
-    _plans: dict[tuple[Any, bool], "ReadyPlan"] = field(default_factory=dict, init=False, repr=False, compare=False)
     _quick: dict[bool, tuple[str | None, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _rest: dict[tuple[bool, str | None], dict[int, str]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "has_holes", None in self.pieces)
@@ -77,6 +74,22 @@ class TokenTable:
     @property
     def vocab_size(self) -> int:
         return len(self.pieces)
+
+    def rest_texts(self, skip_special_tokens: bool, first: str | None) -> dict[int, str]:
+        """The ids seen so far whose quick text holds no character that ``first`` (the
+        pattern of the stops' first characters, ``Matcher.first``; None without stops)
+        matches, with that text: what leaves for such an id when nothing is held and no
+        stop is partly matched. Filled in by ``ServingStream`` as ids arrive, shared by
+        every stream with the same skip flag and first characters, whatever the stops
+        (so a stop set never seen before costs nothing). At most ``_MAX_REST`` per table;
+        past that they start again (streams keep the one they have)."""
+        key = (skip_special_tokens, first)
+        got = self._rest.get(key)
+        if got is None:
+            if len(self._rest) >= _MAX_REST:
+                self._rest.clear()
+            got = self._rest.setdefault(key, {})
+        return got
 
     def quick_texts(self, skip_special_tokens: bool) -> tuple[str | None, ...]:
         """Per id, its text when it arrives with nothing held, or None where that depends on
@@ -93,79 +106,6 @@ class TokenTable:
                     base[i] = ""
             got = self._quick.setdefault(skip_special_tokens, tuple(base))
         return got
-
-    def ready_plan(self, matcher: Any, skip_special_tokens: bool, idle: Any) -> "ReadyPlan":
-        """The ready plan shared by every stream on this table with this stop automaton
-        (``matcher``, None without stop strings) and skip flag; ``idle`` is the decoder's
-        snapshot with nothing held. At most ``_MAX_PLANS`` per table; past that they start
-        again (streams keep the plan they have)."""
-        key = (matcher, skip_special_tokens)
-        got = self._plans.get(key)
-        if got is None:
-            if len(self._plans) >= _MAX_PLANS:  # unbounded stop sets: start again
-                self._plans.clear()
-            root: list[Any] = list(self.quick_texts(skip_special_tokens)) if matcher is None else [None] * len(self.pieces)
-            got = self._plans.setdefault(key, ReadyPlan(root, idle))
-        return got
-
-    def forget(self) -> None:
-        """Drop what streams on this table have learnt: its ready plans and the scan memos
-        of their stop automata. Streams running keep working (they learn again); the next
-        stream starts cold, as after a restart."""
-        for matcher, _ in self._plans:
-            if matcher is not None:
-                for memo in matcher.steps:
-                    memo.clear()
-        self._plans.clear()
-
-
-class ReadyPlan:
-    """What streams on one table, automaton and skip flag have learnt: per stream state, a
-    table of what each id does there, filled in as streams meet ids (``DetokenizerState``
-    writes an entry when the outcome is a function of the state and the id alone).
-
-    A stream state is the decoder's snapshot (the bytes of an unfinished character; for a
-    SentencePiece byte run, whose text the stream rebuilds from the ids, its unfinished
-    character), the automaton node (what is held for a partial stop is a function of the
-    node) and, where a stop may complete in held text, the node a scan of that text
-    reached. ``root`` is the state with nothing held and nothing partly matched, a list
-    indexed by id; every other state has a dict keyed by id. An entry is None (not learnt: ask the stream), a str (the text
-    that leaves; the stream stays in this state) or a tuple ``(text, table)`` (the text
-    that leaves, and the table of the state the stream moves to).
-
-    ``root`` starts as the quick texts without stop strings and empty with them. At most
-    ``_MAX_PLAN_STATES`` held states get a table; streams in others take the checked path.
-    """
-
-    __slots__ = ("root", "_tables", "_where")
-
-    def __init__(self, root: list[Any], idle: Any) -> None:
-        self.root = root
-        self._tables: dict[tuple[Any, int, int | None], dict[int, Any]] = {}
-        # id(table) -> (decoder snapshot, node, held text, held text's node): where a
-        # table's stream stands.
-        self._where: dict[int, tuple[Any, int, str, int | None]] = {id(root): (idle, 0, "", None)}
-
-    def table(self, snapshot: Any, node: int, held: str, held_node: int | None = None) -> dict[int, Any] | None:
-        """The table of a held state (not the root), made on first use; None past the bound.
-        ``held_node``: where a stop may complete in what the decoder holds, the node a scan
-        of that text reaches (part of the state: the next check goes on from it)."""
-        key = (snapshot, node, held_node)
-        got = self._tables.get(key)
-        if got is None:
-            if len(self._tables) >= _MAX_PLAN_STATES:
-                return None
-            got = self._tables[key] = {}
-            self._where[id(got)] = (snapshot, node, held, held_node)
-        return got
-
-    def where(self, table: Any) -> tuple[Any, int, str, int | None]:
-        """(decoder snapshot, automaton node, held text, held text's node) of one of this
-        plan's tables."""
-        try:
-            return self._where[id(table)]
-        except KeyError:
-            raise ValueError("not a table of this stream's ready plan") from None
 
 
 def _standalone(piece: bytes | None) -> str | None:

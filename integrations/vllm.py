@@ -10,7 +10,7 @@ four things on it each engine step::
     num_output_tokens() -> int
 
 :func:`register` (the ``vllm.general_plugins`` entry point) swaps that factory for one that
-returns a :class:`VllmDetokenizer` over a :class:`detok_plugin.DetokenizerState` whenever
+returns a :class:`VllmDetokenizer` over a :class:`detok_plugin.ServingStream` whenever
 the request has a tokenizer. Three things change for clients, all visible only in streams:
 
 1. no U+FFFD from a character split across tokens or steps, and none taken back later;
@@ -52,7 +52,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from detok_plugin import Delta, DetokenizerState, TokenIdError
+from detok_plugin import ServingStream, TokenIdError
 
 __all__ = [
     "PLUGIN_NAME",
@@ -117,25 +117,8 @@ class Settings:
 # --- the adapter ----------------------------------------------------------------------
 
 
-class _RequestState(DetokenizerState):
-    """One request's :class:`DetokenizerState`, plus what the adapter keeps for the calls
-    that leave its ready path (so that the adapter itself stays four slots)."""
-
-    __slots__ = (
-        "include_stop", "pieces", "text", "folded", "delta_from", "stop_terminated", "closed",
-        "tokenizer", "request",
-    )
-
-    def ids_corrected(self) -> None:
-        """``token_ids`` was just corrected to the ids vLLM keeps (ids past the vocabulary,
-        which the decode skips, put back where they were): the stream's position is the
-        list as it now is, so that ``resume`` rebuilds a held run only from ids taken
-        after it."""
-        self._synced = len(self.token_ids)
-
-
 class VllmDetokenizer:
-    """vLLM's per-request detokenizer contract over a :class:`detok_plugin.DetokenizerState`.
+    """vLLM's per-request detokenizer contract over a :class:`detok_plugin.ServingStream`.
 
     Invariants, for the text joined over ``get_next_output_text(..., delta=True)`` calls:
 
@@ -157,23 +140,25 @@ class VllmDetokenizer:
     amortized per id either way. The other kind of call is answered exactly too, by
     slower means (see :meth:`get_next_output_text`).
 
-    Layout: what a DELTA step reads is this object's four slots; the rest lives on the
-    state (a second, larger object, touched only off the ready path). Inside
-    ``process_outputs`` each object, and each slot, a request touches per step costs more
-    than the bytecode that reads it (docs/benchmarks.md).
+    ``output_token_ids`` is the ids vLLM keeps: every id of a step, the stop token included,
+    or those up to the one that completed a stop string.
     """
 
-    __slots__ = ("_ready", "token_ids", "_unsent", "_state")
+    # What a step reads comes first.
+    __slots__ = (
+        "_stream", "token_ids", "_unsent", "_pieces", "_text", "_folded", "_delta_from",
+        "_stop_terminated", "_closed", "_include_stop", "_tokenizer", "_request",
+    )
 
     def __init__(self, tokenizer: Any, request: Any, *, delta: bool | None = None) -> None:
         params = request.sampling_params
         stop = params.stop
-        include_stop = bool(params.include_stop_str_in_output)
+        self._include_stop = bool(params.include_stop_str_in_output)
         if delta is None:
             delta = getattr(params.output_kind, "name", None) == "DELTA"
         # The verified table is cached per tokenizer object and the stop automaton per stop
         # tuple, so setup per request is the prompt's decoder state.
-        self._state = state = _RequestState.from_tokenizer(
+        self._stream = ServingStream.from_tokenizer(
             tokenizer,
             prompt_ids=request.prompt_token_ids or (),
             skip_special_tokens=params.skip_special_tokens,
@@ -181,32 +166,26 @@ class VllmDetokenizer:
             stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
             stop_token_ids=(),
             eos_token_ids=(),
-            include_stop_str_in_output=include_stop,
+            include_stop_str_in_output=self._include_stop,
             min_tokens=params.min_tokens,
             request_id=request.request_id,
-            keep_log=False,  # the adapter keeps the released text itself
-            ready_moves=True,  # and takes the ready tables, moves included, itself
+            on_unknown_id=_log_unknown_id,
         )
-        state.tokenizer = tokenizer  # kept for a cumulative call on a DELTA request
-        state.request = request
-        state.include_stop = include_stop
-        state.stop_terminated = False  # whether a step said stop_terminated
-        state.pieces = None if delta else []  # not DELTA: every released piece
-        state.text = ""  # not DELTA: the pieces folded so far
-        state.folded = 0
-        state.delta_from = 0
-        state.closed = False
-        # The state's own list of the ids it took, shared (one list and one append per id
-        # instead of two): update() corrects it on the rare steps where the ids vLLM keeps
-        # are not the ids the state took (a stop token it does not feed, an id past the
-        # vocabulary). Its length is also what min_tokens counts, as in stock vLLM.
-        self.token_ids: list[int] = state.token_ids
+        self._tokenizer = tokenizer  # kept for a cumulative call on a DELTA request
+        self._request = request
+        # The stream's own list of the ids it took, which is what vLLM keeps, read here and
+        # never changed here; but for a stop token the stream is not fed, which goes on a
+        # copy at the stream's end (see _update).
+        self.token_ids: list[int] = self._stream.token_ids
         # DELTA: released since the last delta call. None on other kinds, which keep pieces
         # (so ``_unsent is not None`` is how the adapter tells a DELTA request).
         self._unsent: str | None = "" if delta else None
-        # The state's ready table (DetokenizerState.ready), mirrored after every call into
-        # the state, on DELTA requests: a ready id's step is an index and an append here.
-        self._ready = state.ready if delta else None
+        self._pieces: list[str] = []  # not DELTA: every released piece
+        self._text = ""  # not DELTA: the pieces folded so far
+        self._folded = 0
+        self._delta_from = 0
+        self._stop_terminated = False  # whether a step said stop_terminated
+        self._closed = False
 
     # What stock vLLM's detokenizers expose besides the four calls, with the same meanings
     # (vllm/v1/engine/detokenizer.py: BaseIncrementalDetokenizer and its subclasses), for
@@ -214,11 +193,11 @@ class VllmDetokenizer:
 
     @property
     def request_id(self) -> str:
-        return self._state.request_id  # type: ignore[return-value]
+        return self._request.request_id  # type: ignore[no-any-return]
 
     @property
     def tokenizer(self) -> Any:
-        return self._state.tokenizer
+        return self._tokenizer
 
     @property
     def output_text(self) -> str:
@@ -230,16 +209,16 @@ class VllmDetokenizer:
 
     @property
     def stop(self) -> list[str]:
-        stop = self._state.request.sampling_params.stop
+        stop = self._request.sampling_params.stop
         return [stop] if isinstance(stop, str) else list(stop or ())
 
     @property
     def min_tokens(self) -> int:
-        return self._state.request.sampling_params.min_tokens
+        return self._request.sampling_params.min_tokens  # type: ignore[no-any-return]
 
     @property
     def include_stop_str_in_output(self) -> bool:
-        return self._state.include_stop
+        return self._include_stop
 
     @property
     def stop_buffer_length(self) -> int:
@@ -251,15 +230,15 @@ class VllmDetokenizer:
 
     @property
     def skip_special_tokens(self) -> bool:
-        return self._state.request.sampling_params.skip_special_tokens
+        return self._request.sampling_params.skip_special_tokens  # type: ignore[no-any-return]
 
     @property
     def spaces_between_special_tokens(self) -> bool:
-        return self._state.request.sampling_params.spaces_between_special_tokens
+        return self._request.sampling_params.spaces_between_special_tokens  # type: ignore[no-any-return]
 
     @property
     def path(self) -> str:
-        return self._state.path
+        return self._stream.path
 
     @property
     def output_token_ids(self) -> list[int]:
@@ -278,38 +257,16 @@ class VllmDetokenizer:
            step's own copy by comparing ``num_output_tokens()`` before and after.
         """
         if not stop_terminated and len(new_token_ids) == 1:
-            tid = new_token_ids[0]
-            ready = self._ready
-            if ready is not None:
-                # The ready path (DetokenizerState.ready): what push_text would do, without
-                # the call. A move also changes the table the next id is looked up in.
-                try:
-                    # An int only: a dict table would take 1.0 for 1.
-                    text = ready[tid] if tid.__class__ is int and tid >= 0 else None
-                except (IndexError, KeyError):  # past the table, or not learnt
-                    text = None
-                if text is not None:
-                    self.token_ids.append(tid)
-                    if text.__class__ is not str:
-                        text, self._ready = text
-                    self._unsent += text  # type: ignore[operator]
-                    return None
-            # One id, no stop token: push_text (content only, no Delta built) appends it.
-            self._resume()
-            state = self._state
-            try:
-                text = state.push_text(tid)
-            except TokenIdError as exc:
-                _log_unknown_id(exc)
-                self.token_ids.append(tid)
-                return None
-            if self._unsent is not None:
-                self._ready = state.ready
-                self._unsent += text
-            elif text:
-                state.pieces.append(text)
-            if state.finish_reason is not None:  # only a stop string ends it here
-                return state.stop_reason  # type: ignore[return-value]
+            # One id, no stop token: the stream's push_text (content only, no Delta built).
+            stream = self._stream
+            text = stream.push_text(new_token_ids[0])
+            if text:
+                if self._unsent is not None:
+                    self._unsent += text
+                else:
+                    self._pieces.append(text)
+            if stream.finish_reason is not None:  # only a stop string ends it here
+                return stream.stop_reason  # type: ignore[return-value]
             return None
         return self._update(new_token_ids, stop_terminated)
 
@@ -317,39 +274,26 @@ class VllmDetokenizer:
         """update() of a step with several ids or a stop token."""
         if not new_token_ids:
             return None
-        state = self._state
-        self._resume()
-        state.stop_terminated = state.stop_terminated or stop_terminated
-        fed = new_token_ids[:-1] if stop_terminated and not state.include_stop else new_token_ids
-        kept = len(new_token_ids)
-        stop = None
-        before = len(self.token_ids)
+        self._stop_terminated = self._stop_terminated or stop_terminated
+        unfed = stop_terminated and not self._include_stop
+        fed = new_token_ids[:-1] if unfed else new_token_ids
         if fed:
-            delta = self._push(fed[0] if len(fed) == 1 else fed)
+            delta = self._stream.push(fed)
             if delta.text:
                 self._keep(delta.text)
             if delta.finish_reason == "stop" and isinstance(delta.stop_reason, str):
-                kept, stop = delta.consumed, delta.stop_reason
-        if self._unsent is not None:
-            self._ready = state.ready
-        # What vLLM keeps: every id of the step, or those up to the one completing a stop.
-        del self.token_ids[before:]
-        self.token_ids.extend(new_token_ids[:kept])
-        state.ids_corrected()
-        return stop
-
-    def _resume(self) -> None:
-        """Before any call into the state: tell it where the entries taken on the ready path
-        left the stream (DetokenizerState.resume)."""
-        ready = self._ready
-        if ready is not None:
-            self._state.resume(ready)
+                # vLLM keeps the ids up to the one completing the stop: the stream's list.
+                return delta.stop_reason
+        if unfed:
+            # The stop token ends the request and is kept, but the stream was not fed it.
+            self.token_ids = [*self._stream.token_ids, new_token_ids[-1]]
+        return None
 
     def _keep(self, text: str) -> None:
         if self._unsent is not None:
             self._unsent += text
         else:
-            self._state.pieces.append(text)
+            self._pieces.append(text)
 
     def get_next_output_text(self, finished: bool, delta: bool) -> str:
         """The new text since the last delta call (``delta``), or all text so far."""
@@ -360,15 +304,12 @@ class VllmDetokenizer:
         return text
 
     def _output_text(self, finished: bool, delta: bool) -> str:
-        state = self._state
-        if finished and not state.closed:
-            self._resume()
-            state.closed = True
-            if not state.finished:  # a stop string closed it already otherwise
-                tail = state.finish().text
+        if finished and not self._closed:
+            self._closed = True
+            if not self._stream.finished:  # a stop string closed it already otherwise
+                tail = self._stream.finish().text
                 if tail:
                     self._keep(tail)
-            self._ready = None
         text = self._unsent
         if text is not None:
             if not delta:
@@ -379,40 +320,26 @@ class VllmDetokenizer:
             if text:
                 self._unsent = ""
             return text
-        pieces = state.pieces
-        if state.folded != len(pieces):
-            state.text += "".join(pieces[state.folded :])
-            state.folded = len(pieces)
+        pieces = self._pieces
+        if self._folded != len(pieces):
+            self._text += "".join(pieces[self._folded :])
+            self._folded = len(pieces)
         if not delta:
-            return state.text
+            return self._text
         # A delta call on a cumulative request (vLLM makes none): from where the last ended.
-        start = state.delta_from
-        state.delta_from = len(state.text)
-        return state.text[start:]
+        start = self._delta_from
+        self._delta_from = len(self._text)
+        return self._text[start:]
 
     def _replay(self) -> str:
         """All text the delta calls returned so far, rebuilt from the ids: O(N), for the
         call vLLM never makes on a DELTA request."""
-        state = self._state
-        fresh = VllmDetokenizer(state.tokenizer, state.request, delta=False)
+        fresh = VllmDetokenizer(self._tokenizer, self._request, delta=False)
         if self.token_ids:
-            fresh.update(list(self.token_ids), state.stop_terminated)
-        text = fresh.get_next_output_text(state.closed, delta=False)
+            fresh.update(list(self.token_ids), self._stop_terminated)
+        text = fresh.get_next_output_text(self._closed, delta=False)
         unsent = self._unsent or ""
         return text[: len(text) - len(unsent)] if unsent else text
-
-    def _push(self, ids: int | Sequence[int]) -> Delta:
-        try:
-            return self._state.push(ids)
-        except TokenIdError as exc:
-            # Push the step without the id the decode skips; consumed maps back onto it.
-            _log_unknown_id(exc)
-            batch = [ids] if isinstance(ids, int) else list(ids)
-            kept = [k for k, i in enumerate(batch) if i != exc.token_id]
-            delta = self._push([batch[k] for k in kept])
-            if delta.finish_reason is None:
-                return dataclasses.replace(delta, consumed=len(batch))
-            return dataclasses.replace(delta, consumed=kept[delta.consumed - 1] + 1 if delta.consumed else 0)
 
 
 def _log_unknown_id(exc: TokenIdError) -> None:

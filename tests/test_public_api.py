@@ -15,6 +15,7 @@ PUBLIC = {
     "DetokenizerState",
     "IncrementalDetokenizer",
     "Segment",
+    "ServingStream",
     "StreamFinishedError",
     "TagSet",
     "TokenIdError",
@@ -24,6 +25,7 @@ PUBLIC = {
     "UnsupportedTokenizerError",
     "build_table",
     "decode_with_table",
+    "forget",
     "parse_tool_body",
 }
 

@@ -8,7 +8,7 @@ import os
 import pytest
 from hypothesis import given, strategies as st
 
-from detok_plugin import DetokenizerState, Segment, TagSet, TokenTable, build_table
+from detok_plugin import DetokenizerState, Segment, ServingStream, TagSet, TokenTable
 from helpers import MULTILINGUAL, expected, probe_ids, settled
 
 
@@ -397,35 +397,20 @@ def test_push_text_equals_push_and_the_reference(real_tokenizer, data):
     )
     a = DetokenizerState.from_tokenizer(tok, **kw)
     b = DetokenizerState.from_tokenizer(tok, **kw)
-    c = DetokenizerState.from_tokenizer(tok, keep_log=False, ready_moves=True, **kw)  # a caller on DetokenizerState.ready
-    at = c.ready  # the table c's caller is at: it takes entries and moves itself
-    # Per id, whether c's caller takes a learnt entry or calls anyway (both are allowed).
-    takes = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)))
+    c = ServingStream.from_tokenizer(tok, **kw)  # the serving layer: its own path at rest
     got = []
-    for k, i in enumerate(ids):
+    for i in ids:
         if a.finished:
             break
         got.append(b.push_text(i))
         assert a.push(i).text == got[-1]
         assert (a.finish_reason, a.stop_reason, a.token_ids) == (b.finish_reason, b.stop_reason, b.token_ids)
-        entry = (at.get(i) if isinstance(at, dict) else at[i]) if at is not None and takes[k] else None
-        if entry is not None:
-            c.token_ids.append(i)
-            if isinstance(entry, tuple):
-                entry, at = entry
-            assert entry == got[-1]
-        else:
-            if at is not None:
-                c.resume(at)
-            assert c.push_text(i) == got[-1]
-            at = c.ready
+        assert c.push_text(i) == got[-1]
         assert (c.finish_reason, c.stop_reason, c.token_ids) == (b.finish_reason, b.stop_reason, b.token_ids)
     assert a.finished == b.finished == c.finished
-    if at is not None:
-        c.resume(at)  # where the moves left c: its finish releases what that state holds
     assert ("" if c.finished else c.finish().text) == ("" if a.finished else a.finish().text)
     # The same ids again through a fresh stream: now the scans hit the shared memo
-    # (Matcher.steps) and the ready table holds what the first pass learnt.
+    # (Matcher.steps).
     again = DetokenizerState.from_tokenizer(tok, **kw)
     assert [again.push_text(i) for i in ids[: len(got)]] == got
     assert (again.finish_reason, again.stop_reason) == (b.finish_reason, b.stop_reason)
@@ -440,86 +425,6 @@ def test_push_text_refuses_tags(qwen3):
     s = DetokenizerState.from_tokenizer(qwen3, tags="qwen3")
     with pytest.raises(ValueError):
         s.push_text(1)
-
-
-def test_ready_is_the_table_of_the_streams_state_shared_and_learnt(qwen3):
-    """DetokenizerState.ready: the plan's table of the stream's state (the root list with
-    nothing held or partly matched, a dict per held state), learnt from what streams saw,
-    shared by every stream with the same configuration, with moves between states; None
-    where a stop may complete in held text, and always on streams with a log or tags."""
-    # A table keeps a bounded number of plans: start from none, whatever ran before.
-    build_table(qwen3)[0].forget()
-    hello, newline = (qwen3.encode(t, add_special_tokens=False)[0] for t in (" hello", "\n"))
-    split = qwen3.encode("🫨", add_special_tokens=False)
-    assert len(split) == 3
-    kw = dict(stop=["\n\nUser:"], eos_token_ids=(), keep_log=False, ready_moves=True)
-    s = DetokenizerState.from_tokenizer(qwen3, **kw)
-    root = s.ready
-    assert isinstance(root, list) and s.push_text(hello) == " hello" and root[hello] == " hello"
-    assert s.push_text(newline) == "" and isinstance(s.ready, dict)  # "\n" may start the stop: held
-    after_newline = s.ready
-    assert root[newline] == ("", after_newline)  # a move, learnt
-    assert s.push_text(hello) == "\n hello" and s.ready is root
-    assert after_newline[hello] == ("\n hello", root)
-    assert [s.push_text(i) for i in split] == ["", "", "🫨"]
-    first, second = root[split[0]], None
-    assert first[0] == "" and isinstance(first[1], dict)
-    second = first[1][split[1]]
-    assert second[0] == "" and second[1] is not first[1] and second[1][split[2]] == ("🫨", root)
-    # Another stream with the same options walks the same tables, with no call.
-    t = DetokenizerState.from_tokenizer(qwen3, **kw)
-    assert t.ready is root
-    # A caller that moved tells the stream where it is; the stream goes on from there.
-    text, at = root[newline]
-    t.token_ids.append(newline)
-    t.resume(at)
-    assert t.ready is after_newline and t.push_text(newline) == "" and t.push_text(hello) == "\n\n hello"
-    with pytest.raises(ValueError):
-        t.resume({})  # not a table of t's plan
-    # A stop with U+FFFD may complete in held bytes: that state gets no table.
-    u = DetokenizerState.from_tokenizer(qwen3, stop=["\ufffd"], eos_token_ids=(), keep_log=False, ready_moves=True)
-    assert u.push_text(split[0]) == "" and u.ready is None
-    assert DetokenizerState.from_tokenizer(qwen3, stop=["x"], eos_token_ids=()).ready is None
-    assert DetokenizerState.from_tokenizer(qwen3, tags="qwen3", eos_token_ids=(), keep_log=False).ready is None
-    # Without ready_moves: the root table or None, no held state's table.
-    v = DetokenizerState.from_tokenizer(qwen3, stop=["\n\nUser:"], eos_token_ids=(), keep_log=False)
-    assert v.ready is root and v.push_text(newline) == "" and v.ready is None
-    s.finish()
-    assert s.ready is None
-
-
-def test_a_caller_inside_a_sentencepiece_run_resumes_with_the_runs_ids(load_tokenizer):
-    """A SentencePiece byte run is held whole and its text is not in the plan's state: a
-    caller that took ids of a run from the tables (moves, and stays that add to the run)
-    resumes, and the stream rebuilds the run from those ids, wherever it last answered."""
-    tok = load_tokenizer("mistral_v1")
-    prompt = tok.encode("x", add_special_tokens=False)
-    ids = tok.encode("x 乗\n Ü", add_special_tokens=False)[len(prompt) :]
-    kinds = [tok.convert_ids_to_tokens(i) for i in ids]
-    assert kinds[-4:-1] == ["<0xB9>", "<0x97>", "<0x0A>"], kinds  # 乗 and \n: one run
-    want = expected(tok, prompt, ids)
-    for stop in ([], ["\n\nUser:"]):
-        kw = dict(prompt_ids=prompt, stop=stop, eos_token_ids=(), keep_log=False, ready_moves=True)
-        learner = DetokenizerState.from_tokenizer(tok, **kw)
-        assert "".join(learner.push_text(i) for i in ids) + learner.finish().text == want
-        for called in range(len(ids)):  # the caller calls at this id, takes every other
-            c = DetokenizerState.from_tokenizer(tok, **kw)
-            at, got = c.ready, []
-            for k, i in enumerate(ids):
-                entry = None if at is None or k == called else (at.get(i) if isinstance(at, dict) else at[i])
-                if entry is None:
-                    if at is not None:
-                        c.resume(at)
-                    got.append(c.push_text(i))
-                    at = c.ready
-                    continue
-                c.token_ids.append(i)
-                if isinstance(entry, tuple):
-                    entry, at = entry
-                got.append(entry)
-            if at is not None:
-                c.resume(at)
-            assert "".join(got) + c.finish().text == want, (stop, called)
 
 
 def test_min_tokens_and_a_stop_inside_a_sentencepiece_run(load_tokenizer):

@@ -103,53 +103,19 @@ def test_quick_texts_per_family_and_skip_flag():
     assert sp.quick_texts(True) == ("a", None, "")
 
 
-def test_ready_plans_are_shared_per_automaton_learnt_and_bounded(qwen3):
-    """One ready plan per (stop automaton, skip flag), shared by every stream with those
-    options; its root starts as the quick texts without stops and empty with them, and
-    learns an id only once a stream has seen what it does there; a table keeps at most
-    _MAX_PLANS plans, a plan at most _MAX_PLAN_STATES held states."""
-    from detok_plugin._matcher import Matcher
-    from detok_plugin._tables import _MAX_PLAN_STATES, _MAX_PLANS, ReadyPlan
+def test_forget_drops_the_scan_memos_and_streams_go_on(qwen3):
+    """detok_plugin.forget(): the cached automata, and with them the one learnt table
+    (each automaton's scan memo, Matcher.steps), are dropped; running streams go on."""
+    import detok_plugin
 
-    table, _ = build_table(qwen3)
-    a = DetokenizerState.from_tokenizer(qwen3, stop=["\n\nUser:", "Observation:"], eos_token_ids=())
-    b = DetokenizerState.from_tokenizer(qwen3, stop=["\n\nUser:", "Observation:"], eos_token_ids=())
-    c = DetokenizerState.from_tokenizer(qwen3, stop=["Observe", "\nx"], eos_token_ids=())  # same first characters
-    assert a._plan is b._plan and c._plan is not a._plan
-    root = a._plan.root
-    hello, newline = qwen3.encode(" hello", add_special_tokens=False)[0], qwen3.encode("\n", add_special_tokens=False)[0]
-    assert (root[hello], root[newline]) == (None, None)
-    assert a.push_text(hello) == " hello" and a.push_text(newline) == ""  # "\n" may start a stop
-    assert root[hello] == " hello" and root[newline] is None  # a move: learnt by streams that offer moves
-    m = DetokenizerState.from_tokenizer(qwen3, stop=["\n\nUser:", "Observation:"], eos_token_ids=(), keep_log=False, ready_moves=True)
-    assert m.push_text(newline) == "" and root[newline] == ("", m.ready)
-    assert b._ready is root and b.push_text(hello) == " hello"  # b takes a's lesson
-    assert c._plan.root[hello] is None
-    plain = table.ready_plan(None, True, b"")
-    assert plain.root == list(table.quick_texts(True)) and plain.root is not table.quick_texts(True)
-    assert table.ready_plan(None, True, b"") is plain
-    for k in range(_MAX_PLANS + 1):
-        table.ready_plan(Matcher.build((chr(0x4E00 + k),)), False, b"")
-    assert len(table._plans) <= _MAX_PLANS
-    fresh = ReadyPlan([None] * 4, b"")  # not a shared plan: this one is filled to its bound
-    made = {id(fresh.table(bytes([0xE4, 0x80 + k % 64, k // 64]), 0, "")) for k in range(_MAX_PLAN_STATES)}
-    assert len(made) == _MAX_PLAN_STATES and fresh.table(b"\xf0", 0, "") is None
-    assert fresh.table(b"\xe4\x80\x00", 0, "") is fresh.table(b"\xe4\x80\x00", 0, "")  # made once
-    assert fresh.where(fresh.root) == (b"", 0, "", None)
-    with pytest.raises(ValueError):
-        fresh.where([])
-
-
-def test_forget_drops_learnt_plans_and_memos_and_streams_learn_again(qwen3):
-    table, _ = build_table(qwen3)
     stop = ["\n\nUser:"]
     a = DetokenizerState.from_tokenizer(qwen3, stop=stop, eos_token_ids=())
-    hello = qwen3.encode(" hello", add_special_tokens=False)[0]
-    assert a.push_text(hello) == " hello" and a._plan.root[hello] == " hello"
-    learnt, matcher = a._plan, next(m for m, _ in table._plans if m is not None and m.patterns == tuple(stop))
-    matcher.steps[0]["x"] = ("x", 0, "")  # a scan memo, as push_text leaves them
-    table.forget()
-    assert table._plans == {} and not any(matcher.steps)
+    newline, hello = (qwen3.encode(t, add_special_tokens=False)[0] for t in ("\n", " hello"))
+    assert a.push_text(newline) == "" and a.push_text(hello) == "\n hello"
+    matcher = a._ac
+    assert any(matcher.steps)  # push_text memoised its scans
+    detok_plugin.forget()
     b = DetokenizerState.from_tokenizer(qwen3, stop=stop, eos_token_ids=())
-    assert b._plan is not learnt and b._plan.root[hello] is None  # starts cold
-    assert a.push_text(hello) == " hello" and b.push_text(hello) == " hello"  # both go on exactly
+    assert b._ac is not matcher and not any(b._ac.steps)  # built again, cold
+    assert a.push_text(newline) == "" and b.push_text(newline) == ""
+    assert a.push_text(hello) == "\n hello" and b.push_text(hello) == "\n hello"

@@ -371,76 +371,32 @@ def test_adapter_reuses_the_tokenizers_cached_table(monkeypatch, stop):
         assert {op.request_states[f"r{i}"].detokenizer.path for i in range(3)} == {"byte_level"}
 
 
-@pytest.mark.parametrize("name", TOKENIZERS)
-def test_delta_steps_on_ready_ids_do_not_call_into_the_state(monkeypatch, name):
-    """The adapter takes DetokenizerState.ready itself on DELTA requests: most one-id steps
-    never reach the state (the text is still exact); CUMULATIVE requests, which keep
-    pieces, take every id through the state."""
+def test_steps_at_rest_do_not_call_into_the_reference_stream(monkeypatch):
+    """The serving stream takes an id itself when nothing is held and its text holds no
+    first character of a stop: the reference DetokenizerState is called only for the ids
+    of a split character (the first is not whole alone, the others meet held bytes) and
+    for one that may start a stop, and the text stays exact."""
+    from detok_plugin import DetokenizerState
+
     calls = []
-    real = shim._RequestState.push_text
-
-    def counting(self, token_id):
-        calls.append(token_id)
-        return real(self, token_id)
-
-    monkeypatch.setattr(shim._RequestState, "push_text", counting)
-    tok = vllm_tokenizer(name)
-    reqs = [Req(prompt, [out], {"stop": ["\n\nUser:", "Observation:"]}) for prompt, out in corpus(name)]
-    total = sum(len(out) for _, out in corpus(name))
-    with detokenizer(plugin=True):
-        calls.clear()
-        check(name, reqs, replay(tok, reqs, kind=DELTA))  # learns the shared ready tables
-        learning_calls = len(calls)
-        calls.clear()
-        check(name, reqs, replay(tok, reqs, kind=DELTA))
-        delta_calls = len(calls)
-        calls.clear()
-        check(name, reqs, replay(tok, reqs, kind=CUMULATIVE))
-    assert len(calls) == total
-    # The same ids again walk what the first pass learnt, moves between held states too: on
-    # byte-level all but stop matches; SentencePiece byte runs are held whole, not tabled.
-    assert delta_calls < learning_calls and delta_calls < total / (10 if name == "qwen3" else 2)
-
-
-def test_every_call_after_moves_resumes_where_the_moves_left(monkeypatch):
-    """After the adapter took moves itself (into the held state of a split character, or of
-    a newline that may start a stop), each way back into the state (a finish, a step of
-    several ids, a stop token, a one-id step it has not learnt) goes on from there."""
+    real = DetokenizerState.push_text
+    monkeypatch.setattr(DetokenizerState, "push_text", lambda self, i: calls.append(i) or real(self, i))
     tok = vllm_tokenizer("qwen3")
-    calls = []
-    real = shim._RequestState.push_text
-    monkeypatch.setattr(shim._RequestState, "push_text", lambda self, i: calls.append(i) or real(self, i))
-    emoji, newline, hello = encode("qwen3", "🫨"), encode("qwen3", "\n")[0], encode("qwen3", " hello")[0]
-    assert len(emoji) == 3
-    params = {"stop": ["\n\nUser:"], "skip_special_tokens": True}
-    stop_id = tok.convert_tokens_to_ids("<|im_end|>")
-
-    def adapter():
-        return shim.VllmDetokenizer(tok, make_request("r", Req([hello], [[hello]], params), DELTA))
-
-    learn = adapter()
-    for i in [*emoji, newline, hello, *emoji[:2]]:
-        learn.update([i], False)
-    cases = {  # ids taken one per step (moves), then the call that leaves the ready path
-        "finish inside a character": (emoji[:2], None),
-        "several ids in a step": (emoji[:2], [emoji[2], hello]),
-        "stop token": ([newline], [hello, stop_id]),
-        "an id not learnt here": (emoji[:1], [newline]),
-    }
-    for name, (moves, then) in cases.items():
-        det = adapter()
+    words, emoji, newline = encode("qwen3", " hello small world"), encode("qwen3", "🫨"), encode("qwen3", "\n")
+    assert len(emoji) == 3 and len(newline) == 1
+    ids = [*words, *emoji, *words, *newline, *words]
+    for kind in (DELTA, CUMULATIVE):
+        det = shim.VllmDetokenizer(tok, make_request("r", Req(words, [ids], {"stop": ["\n\nUser:"]}), kind))
         calls.clear()
-        for i in moves:
+        text = ""
+        for i in ids:
             assert det.update([i], False) is None
-        assert calls == [] and det._ready is not det._state.ready, name  # moved, state behind
-        out = list(moves)
-        if then is None:
-            text = det.get_next_output_text(True, True)
-        else:
-            det.update(list(then), then[-1] == stop_id)
-            out += [i for i in then if i != stop_id]
-            text = det.get_next_output_text(True, True)
-        assert text == expected(tok, [hello], out, True), name
+            text += det.get_next_output_text(False, True)
+        text += det.get_next_output_text(True, True)
+        assert text == tok.decode(words + ids)[len(tok.decode(words)) :]
+        # The split character's three ids; the newline (it may start the stop) and the id
+        # after it (the newline is held until then).
+        assert calls == [*emoji, *newline, words[0]], kind
 
 
 def test_resumable_requests_stay_stock():

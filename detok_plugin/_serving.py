@@ -1,0 +1,221 @@
+"""``ServingStream``: one request's content stream, as a serving loop (vLLM, TGI) needs it.
+
+What a server's step does per request is content only: stop strings, stop token ids, EOS,
+``min_tokens`` and ``max_tokens``; no tags, no channels, no log. This class gives exactly
+:class:`DetokenizerState`'s content for those options (it wraps one, the reference) and
+takes the common token itself:
+
+    the stream is *at rest* (the decoder holds nothing, no stop is partly matched, nothing
+    of the prompt is still skipped) and the id's text is known alone (the table's quick
+    texts), holds no first character of a stop, is no stop id and does not reach
+    ``max_tokens``: then the reference would append the id, release that text and change
+    nothing else, so this class does exactly that, without the call.
+
+Every other id goes to the reference, after which the stream reads whether it is at rest
+again. Nothing is learnt: a request with a stop set never seen before costs what one
+seen a thousand times costs. There is no protocol to follow: the verbs are
+``push_text``, ``push`` and ``finish``, as on the reference.
+
+>>> from detok_plugin import ServingStream, TokenTable
+>>> table = TokenTable("byte_level", (b"\\xf0\\x9f", b"\\xab", b"\\xa8", b"Hi", b" ###"), frozenset())
+>>> s = ServingStream.from_tokenizer(table, stop=["###"])
+>>> [s.push_text(i) for i in (3, 0, 1, 2, 4)], s.finish_reason, s.stop_reason
+(['Hi', '', '', '🫨', ' '], 'stop', '###')
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ._errors import TokenIdError
+from ._state import Delta, DetokenizerState, FinishReason
+from ._tables import build_table
+
+__all__ = ["ServingStream"]
+
+
+class ServingStream:
+    """One request's content, for serving loops: ``push_text(id) -> str`` per id,
+    ``push(ids) -> Delta`` for several (a speculative step), ``finish() -> Delta``.
+
+    The joined text is :class:`DetokenizerState`'s content for the same options, exactly:
+    ``decode(prompt + out)[len(decode(prompt)):]``, cut at a stop as the options say.
+    ``finish_reason`` and ``stop_reason`` are attributes to read after each push (vLLM's
+    meanings: ``"stop"`` with the stop string or stop token id, None for EOS; ``"length"``).
+    ``token_ids`` is the list of output ids taken; do not change it.
+
+    ``on_unknown_id``: given, an id the tokenizer does not know (past its vocabulary, a
+    hole in it) is counted and renders as ``""``, as the tokenizer's decode renders it,
+    and the callback gets the :class:`TokenIdError` (to log it): for loops where raising
+    would fail the server. Without it, such an id raises.
+    """
+
+    # What the common token reads comes first.
+    __slots__ = (
+        "_rest",
+        "token_ids",
+        "_limit",
+        "_stop_ids",
+        "finish_reason",
+        "stop_reason",
+        "_state",
+        "_known",
+        "_quick",
+        "_first",
+        "_on_unknown",
+    )
+
+    @classmethod
+    def from_tokenizer(
+        cls,
+        tokenizer: Any,
+        *,
+        prompt_ids: Sequence[int] = (),
+        skip_special_tokens: bool = False,
+        spaces_between_special_tokens: bool = True,
+        stop: str | Iterable[str] | None = (),
+        stop_token_ids: Iterable[int] | None = (),
+        eos_token_ids: Iterable[int] | None = None,
+        include_stop_str_in_output: bool = False,
+        min_tokens: int = 0,
+        max_tokens: int | None = None,
+        request_id: str | None = None,
+        on_unknown_id: Callable[[TokenIdError], None] | None = None,
+    ) -> ServingStream:
+        """Start a stream; the options mean what they mean on
+        :meth:`DetokenizerState.from_tokenizer`."""
+        state = DetokenizerState.from_tokenizer(
+            tokenizer,
+            prompt_ids=prompt_ids,
+            skip_special_tokens=skip_special_tokens,
+            spaces_between_special_tokens=spaces_between_special_tokens,
+            stop=stop,
+            stop_token_ids=stop_token_ids,
+            eos_token_ids=eos_token_ids,
+            include_stop_str_in_output=include_stop_str_in_output,
+            min_tokens=min_tokens,
+            max_tokens=max_tokens,
+            request_id=request_id,
+            keep_log=False,
+        )
+        self = cls.__new__(cls)
+        self._state = state
+        self.token_ids: list[int] = state.token_ids  # one list: the reference counts it
+        self._limit = sys.maxsize if max_tokens is None else max_tokens - 1
+        self._stop_ids = state._stop_ids  # noqa: SLF001 (the two layers are one package)
+        self._on_unknown = on_unknown_id
+        self.finish_reason: FinishReason | None = None
+        self.stop_reason: str | int | None = None
+        # The texts ids leave with at rest: quick texts with no first character of a stop,
+        # learnt per id and shared (TokenTable.rest_texts); None on the generic path.
+        table = build_table(tokenizer)[0]
+        self._first = state._first  # noqa: SLF001
+        self._quick = table.quick_texts(skip_special_tokens) if table is not None else None
+        self._known = None
+        if table is not None:
+            self._known = table.rest_texts(skip_special_tokens, self._first.__self__.pattern if self._first else None)
+        self._rest = self._known if state._at_rest() else None  # noqa: SLF001
+        return self
+
+    def push_text(self, token_id: int) -> str:
+        """Add one id; return the content it released (``""`` if none)."""
+        rest = self._rest
+        if rest is not None:
+            # At rest (see the module docstring): the common token is one lookup.
+            text = rest.get(token_id)
+            if text is None:
+                text = self._learn(token_id)
+            if (
+                text is not None
+                and token_id.__class__ is int  # not a bool, numpy or torch scalar
+                and len(self.token_ids) < self._limit
+                and token_id not in self._stop_ids
+            ):
+                self.token_ids.append(token_id)
+                return text
+        state = self._state
+        try:
+            text = state.push_text(token_id)
+        except TokenIdError as exc:
+            if self._on_unknown is None or state.finished:
+                raise
+            self._on_unknown(exc)
+            self.token_ids.append(token_id)  # counted, rendered as the decode renders it
+            return ""
+        self.finish_reason = state.finish_reason
+        self.stop_reason = state.stop_reason
+        self._rest = self._known if state._at_rest() else None  # noqa: SLF001
+        return text
+
+    def _learn(self, token_id: int) -> str | None:
+        """An id not yet in the shared rest texts: its quick text when that holds no first
+        character of a stop (then it is added), else None."""
+        quick = self._quick
+        if token_id.__class__ is not int or not 0 <= token_id < len(quick):  # type: ignore[arg-type]
+            return None
+        text = quick[token_id]  # type: ignore[index]
+        if text is None or (self._first is not None and self._first(text) is not None):
+            return None
+        self._known[token_id] = text  # type: ignore[index]
+        return text
+
+    def push(self, ids: int | Sequence[int]) -> Delta:
+        """Add one id or several; ``Delta.consumed`` says how many were used (fewer when a
+        stop completed among them). With ``on_unknown_id``, the ids are taken one by one
+        (an unknown one is counted and renders as ``""``); without, a bad id anywhere
+        raises before any id of the push is applied."""
+        if self._on_unknown is None or isinstance(ids, int):
+            delta = self._state.push(ids) if self._on_unknown is None else _one(self, ids)
+            self._caught_up()
+            return delta
+        parts, consumed = [], 0
+        for token_id in ids:
+            parts.append(self.push_text(token_id))
+            consumed += 1
+            if self.finish_reason is not None:
+                break
+        return Delta("".join(parts), finish_reason=self.finish_reason, stop_reason=self.stop_reason, consumed=consumed)
+
+    def finish(self) -> Delta:
+        """End the stream: release everything held, rendered as the final decode renders
+        it (``""`` after a stop string, which cut what followed it)."""
+        delta = self._state.finish()
+        self._caught_up()
+        return delta
+
+    @property
+    def finished(self) -> bool:
+        """True after a stop condition or finish(): no further push is accepted."""
+        return self._state.finished
+
+    @property
+    def held(self) -> str:
+        """Settled text held back because a stop may be forming."""
+        return self._state.held
+
+    @property
+    def path(self) -> str:
+        """The decoder's path: ``byte_level``, ``sentencepiece`` or ``generic``."""
+        return self._state.path
+
+    @property
+    def why(self) -> str:
+        return self._state.why
+
+    @property
+    def request_id(self) -> str | None:
+        return self._state.request_id
+
+    def _caught_up(self) -> None:
+        """After any call into the reference: mirror its finish, and whether it is at rest."""
+        state = self._state
+        self.finish_reason = state.finish_reason
+        self.stop_reason = state.stop_reason
+        self._rest = self._known if state._at_rest() else None  # noqa: SLF001
+
+
+def _one(stream: ServingStream, token_id: int) -> Delta:
+    text = stream.push_text(token_id)
+    return Delta(text, finish_reason=stream.finish_reason, stop_reason=stream.stop_reason, consumed=1)

@@ -1,0 +1,81 @@
+"""ServingStream, the serving layer: the reference's content, with its own path at rest.
+
+The property that it streams exactly what DetokenizerState.push_text streams, on every real
+tokenizer and random stops, min/max tokens and include flags, is in test_state_boundary
+(test_push_text_equals_push_and_the_reference); here, what is its own.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from detok_plugin import DetokenizerState, ServingStream, TokenIdError
+from helpers import expected
+
+
+def test_stop_ids_eos_and_max_tokens_end_the_stream_at_rest(qwen3):
+    """Ids the rest table knows still end the stream where the reference would: a stop id,
+    EOS, the id that reaches max_tokens."""
+    hello = qwen3.encode(" hello", add_special_tokens=False)[0]
+    eos = qwen3.convert_tokens_to_ids("<|im_end|>")
+    warm = ServingStream.from_tokenizer(qwen3, eos_token_ids=())
+    assert [warm.push_text(i) for i in (hello, eos)] == [" hello", "<|im_end|>"]  # both known now
+    s = ServingStream.from_tokenizer(qwen3, eos_token_ids=(eos,))
+    assert s.push_text(hello) == " hello" and s.push_text(eos) == ""
+    assert (s.finish_reason, s.stop_reason, s.finished, s.token_ids) == ("stop", None, True, [hello, eos])
+    s = ServingStream.from_tokenizer(qwen3, stop_token_ids=[hello], eos_token_ids=())
+    assert s.push_text(hello) == "" and (s.finish_reason, s.stop_reason) == ("stop", hello)
+    s = ServingStream.from_tokenizer(qwen3, max_tokens=2, eos_token_ids=())
+    assert s.push_text(hello) == " hello" and s.finish_reason is None
+    assert s.push_text(hello) == " hello" and s.finish_reason == "length"
+
+
+def test_unknown_ids_count_and_render_empty_with_a_callback_and_raise_without(qwen3):
+    """on_unknown_id: an id past the vocabulary is counted, renders as "" (the tokenizer's
+    decode skips it) and reaches the callback as a TokenIdError naming it and its position;
+    the text around it stays exact, a split character included."""
+    emoji = qwen3.encode("🫨 ok", add_special_tokens=False)
+    unknown = len(qwen3) + 5
+    ids = [emoji[0], unknown, *emoji[1:]]
+    seen: list[TokenIdError] = []
+    s = ServingStream.from_tokenizer(qwen3, eos_token_ids=(), on_unknown_id=seen.append)
+    text = "".join(s.push_text(i) for i in ids) + s.finish().text
+    assert text == expected(qwen3, [], emoji)
+    assert s.token_ids == ids
+    assert [(e.token_id, e.position) for e in seen] == [(unknown, 1)]
+    strict = ServingStream.from_tokenizer(qwen3, eos_token_ids=())
+    with pytest.raises(TokenIdError):
+        strict.push_text(unknown)
+    assert strict.token_ids == []
+    # Several ids in one push: taken one by one with the callback, refused whole without.
+    s = ServingStream.from_tokenizer(qwen3, eos_token_ids=(), on_unknown_id=seen.append)
+    assert s.push(ids).consumed == len(ids) and s.token_ids == ids
+    with pytest.raises(TokenIdError):
+        ServingStream.from_tokenizer(qwen3, eos_token_ids=()).push(ids)
+
+
+def test_a_stop_inside_a_multi_id_push_consumes_up_to_it(qwen3):
+    ids = qwen3.encode("Hello there. STOP and more words", add_special_tokens=False)
+    for callback in (None, lambda exc: None):
+        s = ServingStream.from_tokenizer(qwen3, stop=["STOP"], eos_token_ids=(), on_unknown_id=callback)
+        d = s.push(ids)
+        ref = DetokenizerState.from_tokenizer(qwen3, stop=["STOP"], eos_token_ids=())
+        want = ref.push(ids)
+        assert (d.text, d.finish_reason, d.stop_reason, d.consumed) == (
+            want.text, want.finish_reason, want.stop_reason, want.consumed
+        )
+        assert d.text == "Hello there. " and d.consumed < len(ids) and s.token_ids == ids[: d.consumed]
+
+
+def test_rest_texts_are_shared_by_the_stops_first_characters(qwen3):
+    """What a stream learns at rest depends on the stops' first characters only: streams
+    whose stop sets differ but start alike share it (a set never seen before costs nothing);
+    an id whose text holds such a character is not learnt."""
+    hello, newline = (qwen3.encode(t, add_special_tokens=False)[0] for t in (" hello", "\n"))
+    a = ServingStream.from_tokenizer(qwen3, stop=["\n\nUser:", "Observation:"], eos_token_ids=())
+    b = ServingStream.from_tokenizer(qwen3, stop=["\nUser 7:", "Observe"], eos_token_ids=())
+    c = ServingStream.from_tokenizer(qwen3, stop=["###"], eos_token_ids=())
+    assert a._known is b._known and c._known is not a._known
+    assert a.push_text(hello) == " hello" and a._known[hello] == " hello"
+    assert a.push_text(newline) == "" and newline not in a._known  # "\n" may start a stop
+    assert c.push_text(newline) == "\n" and c._known[newline] == "\n"
