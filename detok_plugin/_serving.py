@@ -122,14 +122,13 @@ class ServingStream:
     def push_text(self, token_id: int) -> str:
         """Add one id; return the content it released (``""`` if none)."""
         rest = self._rest
-        if rest is not None:
+        if rest is not None and token_id.__class__ is int:  # not a bool, numpy or torch scalar
             # At rest (see the module docstring): the common token is one lookup.
             text = rest.get(token_id)
             if text is None:
                 text = self._learn(token_id)
             if (
                 text is not None
-                and token_id.__class__ is int  # not a bool, numpy or torch scalar
                 and len(self.token_ids) < self._limit
                 and token_id not in self._stop_ids
             ):
@@ -153,7 +152,7 @@ class ServingStream:
         """An id not yet in the shared rest texts: its quick text when that holds no first
         character of a stop (then it is added), else None."""
         quick = self._quick
-        if token_id.__class__ is not int or not 0 <= token_id < len(quick):  # type: ignore[arg-type]
+        if not 0 <= token_id < len(quick):  # type: ignore[arg-type]
             return None
         text = quick[token_id]  # type: ignore[index]
         if text is None or (self._first is not None and self._first(text) is not None):

@@ -54,6 +54,19 @@ def test_unknown_ids_count_and_render_empty_with_a_callback_and_raise_without(qw
         ServingStream.from_tokenizer(qwen3, eos_token_ids=()).push(ids)
 
 
+def test_bad_ids_get_typed_errors_at_rest_too(qwen3):
+    """The path at rest takes ints only: anything else reaches the reference's checks."""
+    from detok_plugin import TokenTypeError
+
+    s = ServingStream.from_tokenizer(qwen3, eos_token_ids=())
+    for bad in ("a", True, 1.0, None):
+        with pytest.raises(TokenTypeError):
+            s.push_text(bad)  # type: ignore[arg-type]
+    with pytest.raises(TokenIdError):
+        s.push_text(-1)
+    assert s.token_ids == [] and s.push_text(qwen3.encode(" ok", add_special_tokens=False)[0]) == " ok"
+
+
 def test_a_stop_inside_a_multi_id_push_consumes_up_to_it(qwen3):
     ids = qwen3.encode("Hello there. STOP and more words", add_special_tokens=False)
     for callback in (None, lambda exc: None):
