@@ -49,7 +49,7 @@ import inspect
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from detok_plugin import ServingStream, TokenIdError
