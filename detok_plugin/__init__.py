@@ -16,7 +16,9 @@ from ._errors import (
 )
 from ._serving import ServingStream
 from ._simple import IncrementalDetokenizer
-from ._state import Delta, DetokenizerState, Segment, forget
+from ._delta import Delta, Segment
+from ._options import forget
+from ._state import DetokenizerState
 from ._tables import TokenTable, build_table, decode_with_table
 from ._tags import TagSet, ToolCall, parse_tool_body
 

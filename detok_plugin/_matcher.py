@@ -21,8 +21,18 @@ import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-__all__ = ["Matcher"]
+__all__ = ["Matcher", "Step"]
+
+
+class Step(NamedTuple):
+    """What a scan of one text from one node, with no match, leaves: the text released,
+    the node reached, the text held (``Matcher.steps``)."""
+
+    released: str
+    node: int
+    held: str
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -51,63 +61,32 @@ class Matcher:
     # node, held text). Exact because what a stream holds is a function of its node (the
     # last ``hold[node]`` characters of the node's path). Shared, each bounded by
     # ``STEP_MEMO_LIMIT`` (cleared when full: the texts of one workload recur).
-    steps: tuple[dict[str, tuple[str, int, str]], ...]
+    steps: tuple[dict[str, Step], ...]
 
     STEP_MEMO_LIMIT = 4096
 
     @staticmethod
     @functools.lru_cache(maxsize=256)
-    def build(patterns: Sequence[str], holding: Sequence[bool] | None = None) -> "Matcher":
+    def build(patterns: Sequence[str], holding: Sequence[bool] | None = None) -> Matcher:
+        """The automaton over ``patterns`` (cached). ``holding[i]`` false: pattern ``i``
+        holds no text back (a stop kept in the output)."""
         patterns = tuple(patterns)
         holds = tuple(holding) if holding is not None else (True,) * len(patterns)
-        goto: list[dict[str, int]] = [{}]
-        depth = [0]
-        own = [-1]
-        on_hold_path = [True]
-        for index, p in enumerate(patterns):
-            if not p:
-                raise ValueError("empty stop string or tag")
-            node = 0
-            for ch in p:
-                nxt = goto[node].get(ch)
-                if nxt is None:
-                    nxt = len(goto)
-                    goto[node][ch] = nxt
-                    goto.append({})
-                    depth.append(depth[node] + 1)
-                    own.append(-1)
-                    on_hold_path.append(False)
-                node = nxt
-                on_hold_path[node] = on_hold_path[node] or holds[index]
-            if own[node] == -1:  # the first of duplicate patterns wins
-                own[node] = index
-        fail = [0] * len(goto)
-        match = own[:]
-        hold = [0] * len(goto)
-        order = list(goto[0].values())
-        for child in order:
-            hold[child] = 1 if on_hold_path[child] else 0
-        head = 0
-        while head < len(order):
-            node = order[head]
-            head += 1
-            for ch, child in goto[node].items():
-                f = fail[node]
-                while f and ch not in goto[f]:
-                    f = fail[f]
-                fc = goto[f].get(ch, 0)
-                fail[child] = fc if fc != child else 0
-                inherited = match[fail[child]]
-                if inherited != -1 and (match[child] == -1 or inherited < match[child]):
-                    match[child] = inherited
-                hold[child] = depth[child] if on_hold_path[child] else hold[fail[child]]
-                order.append(child)
+        trie = _Trie(patterns, holds)
+        fail, match, hold = trie.links()
         chars = "".join(sorted({p[0] for p in patterns}))
         first = re.compile("[" + re.escape(chars) + "]")
         return Matcher(
-            patterns, tuple(goto), tuple(fail), tuple(depth), tuple(match), tuple(hold), first, first.search,
-            tuple({} for _ in goto),
+            patterns, tuple(trie.goto), tuple(fail), tuple(trie.depth), tuple(match), tuple(hold), first,
+            first.search, tuple({} for _ in trie.goto),
         )
+
+    def remember(self, node: int, text: str, step: Step) -> None:
+        """Memo a no-match scan of ``text`` from ``node`` (``steps``; bounded per node)."""
+        memo = self.steps[node]
+        if len(memo) >= self.STEP_MEMO_LIMIT:
+            memo.clear()
+        memo[text] = step
 
     def scan(self, state: int, text: str) -> tuple[int, tuple[int, int] | None]:
         """Advance over ``text``; stop at the first complete match.
@@ -131,3 +110,61 @@ class Matcher:
             if match[state] != -1:
                 return state, (match[state], pos)
         return state, None
+
+
+class _Trie:
+    """The trie of the patterns, then its failure links (breadth first), as Aho and
+    Corasick build them."""
+
+    def __init__(self, patterns: tuple[str, ...], holds: tuple[bool, ...]) -> None:
+        self.goto: list[dict[str, int]] = [{}]
+        self.depth = [0]
+        self.own = [-1]  # the pattern that ends at a node, the first of duplicates
+        self.on_hold_path = [True]  # some holding pattern passes through the node
+        for index, p in enumerate(patterns):
+            if not p:
+                raise ValueError("empty stop string or tag")
+            node = 0
+            for ch in p:
+                node = self._child(node, ch)
+                self.on_hold_path[node] = self.on_hold_path[node] or holds[index]
+            if self.own[node] == -1:
+                self.own[node] = index
+
+    def _child(self, node: int, ch: str) -> int:
+        nxt = self.goto[node].get(ch)
+        if nxt is None:
+            nxt = len(self.goto)
+            self.goto[node][ch] = nxt
+            self.goto.append({})
+            self.depth.append(self.depth[node] + 1)
+            self.own.append(-1)
+            self.on_hold_path.append(False)
+        return nxt
+
+    def links(self) -> tuple[list[int], list[int], list[int]]:
+        """Per node: the failure link, the match reported on entering it (the first
+        pattern in list order among those ending there), and the characters to hold."""
+        goto = self.goto
+        fail = [0] * len(goto)
+        match = self.own[:]
+        hold = [0] * len(goto)
+        order = list(goto[0].values())
+        for child in order:
+            hold[child] = 1 if self.on_hold_path[child] else 0
+        head = 0
+        while head < len(order):
+            node = order[head]
+            head += 1
+            for ch, child in goto[node].items():
+                f = fail[node]
+                while f and ch not in goto[f]:
+                    f = fail[f]
+                fc = goto[f].get(ch, 0)
+                fail[child] = fc if fc != child else 0
+                inherited = match[fail[child]]
+                if inherited != -1 and (match[child] == -1 or inherited < match[child]):
+                    match[child] = inherited
+                hold[child] = self.depth[child] if self.on_hold_path[child] else hold[fail[child]]
+                order.append(child)
+        return fail, match, hold

@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ._errors import TokenIdError
-from ._state import Delta, DetokenizerState, FinishReason
+from ._delta import Delta, FinishReason
+from ._state import DetokenizerState
 from ._tables import build_table
 
 __all__ = ["ServingStream"]

@@ -1,0 +1,128 @@
+"""Channels: where released text goes once the boundary lets it leave.
+
+A stream is in one mode at a time: content, reasoning (between the reasoning tags) or a
+tool-call body (between the tool tags, or from the open tag to the end). Released text
+goes to that mode's channel:
+
+* content to ``Delta.text``;
+* reasoning to ``Delta.reasoning`` (``reasoning="separate"``), nowhere (``"strip"``), or
+  with its tags to ``Delta.text`` (``"inline"``);
+* a tool body to ``Delta.tool_calls`` as ``ToolCall(index, text)`` as it forms, and at its
+  close tag (or the end of the stream, for families without one) one
+  ``ToolCall(complete=True)`` with the parsed name and arguments, or ``error``: a malformed
+  body is reported, never dropped.
+
+Every piece also goes to the lossless log (``DetokenizerState.log()``). A tag switches the
+mode; each mode has its own automaton (``StreamConfig.matchers``), so a stop does not apply
+inside reasoning (unless ``stop_in_reasoning``) or inside a tool body.
+
+This module is one part of :class:`~detok_plugin.DetokenizerState` (a slotless base class).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._delta import CONTENT, REASONING, TAG, TOOL, Out
+from ._tags import ToolCall, parse_tool_body
+
+if TYPE_CHECKING:
+    from ._matcher import Matcher
+    from ._options import Pattern, StreamConfig
+
+__all__: list[str] = []
+
+
+class Router:
+    """The channels of one stream (see the module docstring)."""
+
+    __slots__ = ()
+
+    # Declared in DetokenizerState's slots.
+    _cfg: StreamConfig
+    _mode: int
+    _ac: Matcher | None
+    _ac_state: int
+    _pending: str
+    _tool_index: int
+    _tool_body: list[str]
+
+    if TYPE_CHECKING:  # the state's log
+
+        def _log(self, kind: int, text: str) -> None: ...
+
+    def _emit(self, text: str, out: Out) -> None:
+        """Send released text to the current mode's channel."""
+        if not text:
+            return
+        mode = self._mode
+        self._log(mode, text)
+        if mode == CONTENT:
+            out.text.append(text)
+        elif mode == REASONING:
+            if self._cfg.reasoning == "separate":
+                out.reasoning.append(text)
+            elif self._cfg.reasoning == "inline":
+                out.text.append(text)
+        else:
+            self._tool_body.append(text)
+            out.tools.append(ToolCall(self._tool_index, text))
+
+    def _switch(self, pattern: Pattern, out: Out) -> None:
+        """A complete tag: log its text and change mode."""
+        self._tag_text(pattern, out)
+        if pattern.kind == "r_open":
+            self._set_mode(REASONING)
+        elif pattern.kind == "r_close":  # a stray close in content is dropped from content
+            self._set_mode(CONTENT)
+        elif pattern.kind == "t_open":
+            self._tool_index += 1
+            self._tool_body = []
+            self._set_mode(TOOL)
+        elif pattern.kind == "t_close":
+            self._end_tool(out)
+            self._set_mode(CONTENT)
+
+    def _id_tag(self, pattern: Pattern, out: Out) -> None:
+        """A tag token that skip_special_tokens removes from the text: act on its id."""
+        if self._mode != CONTENT and pattern.kind == "t_open":
+            return
+        # Text held so far cannot join with a tag that has no text: release it.
+        self._emit(self._pending, out)
+        self._pending = ""
+        self._switch(pattern._replace(text=""), out)
+
+    def _close_channels(self, out: Out) -> None:
+        """At the end of the stream: a tool body still open is reported unterminated."""
+        if self._mode == TOOL:
+            self._end_tool(out, unterminated=True)
+            self._set_mode(CONTENT)
+
+    def _tag_text(self, pattern: Pattern, out: Out) -> None:
+        self._log(TAG, pattern.text)
+        if self._cfg.reasoning == "inline" and pattern.text and pattern.kind in ("r_open", "r_close"):
+            out.text.append(pattern.text)
+
+    def _set_mode(self, mode: int) -> None:
+        self._mode = mode
+        self._ac = self._cfg.matchers[mode]
+        self._ac_state = 0
+
+    def _end_tool(self, out: Out, *, unterminated: bool = False) -> None:
+        """A tool body ended: one complete ToolCall per call in it, or one with ``error``."""
+        tags = self._cfg.tags
+        assert tags is not None
+        body = "".join(self._tool_body)
+        self._tool_body = []
+        first = self._tool_index
+        if unterminated and tags.tool_close is not None:
+            out.tools.append(ToolCall(first, complete=True, error=f"stream ended before {tags.tool_close}"))
+            return
+        try:
+            calls = parse_tool_body(body.strip(), tags.tool_format)
+        except (ValueError, TypeError) as exc:
+            out.tools.append(ToolCall(first, complete=True, error=f"malformed tool call: {exc}"))
+            return
+        for k, (name, args) in enumerate(calls):
+            out.tools.append(ToolCall(first + k, name=name, arguments=args, complete=True))
+        self._tool_index = first + len(calls) - 1

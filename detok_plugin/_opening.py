@@ -1,0 +1,148 @@
+"""Opening a stream: the family decoder for a tokenizer, primed with the prompt, and the
+validation of ids (ints only, inside the vocabulary, not a hole in it).
+
+Errors are typed and name the id and its position: 0 is the first output token, prompt
+ids have negative positions (``-len(prompt)`` is the first).
+"""
+
+from __future__ import annotations
+
+import inspect
+import operator
+from array import array
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from ._decoders import ByteLevelStream, GenericStream, SentencePieceStream, StreamDecoder
+from ._errors import TokenIdError, TokenTypeError, UnsupportedTokenizerError
+from ._tables import TokenTable, build_table, decode_with_table, eos_token_ids_of
+from ._tags import TagSet
+
+__all__ = ["Opened", "as_id", "check", "checked_ids", "open_decoder"]
+
+
+class Opened(NamedTuple):
+    """A tokenizer's side of a new stream."""
+
+    decoder: StreamDecoder  # primed with the prompt
+    table: TokenTable | None  # None on the generic path
+    vocab: tuple[Any, ...] | None  # the table's pieces (None marks a hole), or None
+    size: int  # ids are below this
+    prompt: list[int]  # the checked prompt
+    skip_chars: int  # characters of the prompt's held tail the output starts after
+    eos_token_ids: tuple[int, ...]  # the tokenizer's own
+    why: str  # why this path
+    tokenizer: Any
+
+    def starts_in(self, tags: TagSet | None) -> bool:
+        """The prompt's text ends in the reasoning open tag (templates ending ``<think>\\n``):
+        the stream starts inside reasoning. Decoded with special tokens kept: the tag may be
+        one."""
+        if tags is None or not (tags.reasoning_open and tags.reasoning_close) or not self.prompt:
+            return False
+        tail_ids = self.prompt[-16:]
+        tail = decode_with_table(self.table, tail_ids) if self.table is not None else self.tokenizer.decode(tail_ids)
+        return bool(tail.rstrip().endswith(tags.reasoning_open))
+
+
+def open_decoder(
+    tokenizer: Any, prompt_ids: Sequence[int], skip_special_tokens: bool, spaces_between: bool, request_id: str | None
+) -> Opened:
+    """The decoder for ``tokenizer``'s path (``build_table`` decides), primed with the
+    checked prompt."""
+    table, why = build_table(tokenizer)
+    if table is not None:
+        size = len(table.pieces)
+        prompt = _checked_prompt(prompt_ids, table.pieces if table.has_holes else None, size, request_id)
+        dec: StreamDecoder
+        if table.family == "byte_level":
+            dec = ByteLevelStream(table, skip_special_tokens=skip_special_tokens)
+        else:
+            dec = SentencePieceStream(table, skip_special_tokens=skip_special_tokens)
+        dec.prime(prompt)
+        # decode(prompt) renders a held tail as final: its characters stand where the
+        # output's first characters will, so the output starts that many characters in.
+        skip_chars = len(dec.peek_final())
+        return Opened(dec, table, table.pieces, size, prompt, skip_chars, table.eos_token_ids, why, tokenizer)
+    if not callable(getattr(tokenizer, "decode", None)):
+        raise UnsupportedTokenizerError(
+            f"{type(tokenizer).__name__} is not a transformers or tokenizers tokenizer, a "
+            "TokenTable, or an object with decode(ids): detok-plugin cannot read it"
+        )
+    size = _vocab_size(tokenizer)
+    prompt = _checked_prompt(prompt_ids, None, size, request_id)
+    kwargs: dict[str, Any] = {"skip_special_tokens": skip_special_tokens}
+    if _takes_kwarg(tokenizer, "spaces_between_special_tokens"):
+        kwargs["spaces_between_special_tokens"] = spaces_between
+
+    def decode(ids: list[int], _d: Any = tokenizer.decode, _k: dict[str, Any] = kwargs) -> str:
+        return str(_d(ids, **_k))
+
+    cleanup = bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
+    dec = GenericStream(decode, prompt, cleanup=cleanup)
+    return Opened(dec, None, None, size, prompt, 0, eos_token_ids_of(tokenizer), why, tokenizer)
+
+
+def as_id(value: Any, position: int, request_id: str | None) -> int:
+    """``value`` as a token id: an int, or an integer scalar (numpy, torch); not a bool."""
+    if type(value) is int:
+        return value
+    if isinstance(value, bool):
+        raise TokenTypeError(value, position, request_id)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TokenTypeError(value, position, request_id) from None
+
+
+def check(tid: int, position: int, vocab: Sequence[Any] | None, size: int, request_id: str | None) -> None:
+    """Raise :class:`TokenIdError` unless ``tid`` is below ``size`` and not a hole."""
+    if not 0 <= tid < size or (vocab is not None and vocab[tid] is None):
+        raise TokenIdError(tid, position, size, request_id)
+
+
+def checked_ids(
+    values: Sequence[Any], first_position: int, vocab: Sequence[Any] | None, size: int, request_id: str | None
+) -> list[int]:
+    """All of ``values`` as checked ids, or the error of the first bad one."""
+    ids = [as_id(v, first_position + k, request_id) for k, v in enumerate(values)]
+    for k, tid in enumerate(ids):
+        check(tid, first_position + k, vocab, size, request_id)
+    return ids
+
+
+def _checked_prompt(prompt_ids: Sequence[int], holes: Sequence[Any] | None, size: int, request_id: str | None) -> list[int]:
+    """The prompt, validated in C when it is clean (``holes``: the pieces, when some id has
+    none); otherwise id by id, so the error names the bad one."""
+    if len(prompt_ids) == 0:
+        return []
+    try:
+        packed = array("q", prompt_ids)  # ints and __index__ objects only
+        clean = 0 <= min(packed) and max(packed) < size
+    except (TypeError, OverflowError):
+        clean = False
+    if clean and (holes is None or all(holes[t] is not None for t in set(packed))):
+        return packed.tolist()
+    return checked_ids(prompt_ids, -len(prompt_ids), holes, size, request_id)
+
+
+def _vocab_size(tokenizer: Any) -> int:
+    try:
+        return len(tokenizer)
+    except TypeError:
+        size = getattr(tokenizer, "vocab_size", None)
+        if isinstance(size, int):
+            return size
+    return 1 << 62
+
+
+def _takes_kwarg(tokenizer: Any, name: str) -> bool:
+    for fn in (getattr(tokenizer, "_decode", None), getattr(tokenizer, "decode", None)):
+        if fn is None:
+            continue
+        try:
+            if name in inspect.signature(fn).parameters:
+                return True
+        except (TypeError, ValueError):
+            continue
+    return False

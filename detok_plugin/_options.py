@@ -1,0 +1,144 @@
+"""``StreamConfig``: what a stream's options fix at construction, built once per options.
+
+A stream keeps only what changes per token (``_state``); everything its options decide
+(the stop token ids, the limits, the patterns live in each channel and their automata)
+is one frozen object, cached, so every request with the same options shares it and a
+request with options never seen before pays for one build.
+
+Channels: content, reasoning and tool bodies each have their own patterns, because what
+may be matched depends on where the text is (a stop does not apply inside reasoning unless
+asked, vllm-project/vllm#53066; inside a tool body only its close tag does).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+from ._delta import CONTENT, REASONING, TOOL, Reasoning
+from ._matcher import Matcher
+from ._tables import TokenTable
+from ._tags import TagSet
+
+__all__ = ["Pattern", "StreamConfig", "forget", "id_tags", "stream_config"]
+
+PatternKind = Literal["stop", "r_open", "r_close", "t_open", "t_close"]
+
+
+class Pattern(NamedTuple):
+    """One string a channel's automaton looks for: a stop, or a reasoning/tool tag."""
+
+    kind: PatternKind
+    text: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class StreamConfig:
+    """The options of a stream, resolved. Shared by every stream with the same options."""
+
+    #: Stop token ids and EOS ids: the ids that end the stream.
+    stop_ids: frozenset[int]
+    #: The EOS ids among them (``stop_reason`` is None for these, the id for the others).
+    eos_ids: frozenset[int]
+    include_stop: bool
+    min_tokens: int
+    max_tokens: int | None
+    tags: TagSet | None
+    reasoning: Reasoning
+    #: Per channel (content, reasoning, tool): the patterns live in it, in list order.
+    patterns: tuple[tuple[Pattern, ...], ...]
+    #: Per channel: the automaton over its patterns, or None when it has none.
+    matchers: tuple[Matcher | None, ...]
+    #: Per channel: whether a stop string is among its patterns.
+    has_stops: tuple[bool, ...]
+    #: Whether a stop string contains U+FFFD (then held text that would render as U+FFFD
+    #: can complete a stop, and must be checked).
+    fffd_stops: bool
+
+    @property
+    def simple(self) -> bool:
+        """No tags, no stop ids, no length limit: the reference's ``push_text`` shortcut."""
+        return self.tags is None and not self.stop_ids and self.max_tokens is None
+
+
+@functools.lru_cache(maxsize=1024)
+def stream_config(
+    stops: tuple[str, ...],
+    stop_ids: frozenset[int],
+    eos_ids: frozenset[int],
+    include_stop: bool,
+    min_tokens: int,
+    max_tokens: int | None,
+    tags: TagSet | None,
+    reasoning: Reasoning,
+    stop_in_reasoning: bool,
+) -> StreamConfig:
+    """The shared :class:`StreamConfig` for these options (``stop_ids`` includes EOS)."""
+    patterns = _channel_patterns(stops, tags, stop_in_reasoning)
+    # A stop kept in the output need not be held: its characters leave either way.
+    matchers = tuple(
+        Matcher.build(tuple(p.text for p in ps), tuple(not (p.kind == "stop" and include_stop) for p in ps))
+        if ps
+        else None
+        for ps in patterns
+    )
+    return StreamConfig(
+        stop_ids=stop_ids,
+        eos_ids=eos_ids,
+        include_stop=include_stop,
+        min_tokens=min_tokens,
+        max_tokens=max_tokens,
+        tags=tags,
+        reasoning=reasoning,
+        patterns=patterns,
+        matchers=matchers,
+        has_stops=tuple(any(p.kind == "stop" for p in ps) for ps in patterns),
+        fffd_stops=any("\ufffd" in s for s in stops),
+    )
+
+
+def _channel_patterns(
+    stops: tuple[str, ...], tags: TagSet | None, stop_in_reasoning: bool
+) -> tuple[tuple[Pattern, ...], ...]:
+    """Per channel, the patterns live in it. Stops come first: for equal ends the first
+    listed wins (``Matcher.match``), as vLLM's ``check_stop_strings`` ranks stops."""
+    content = [Pattern("stop", s) for s in stops]
+    reasoning = list(content) if stop_in_reasoning else []
+    tool: list[Pattern] = []
+    if tags is not None:
+        if tags.reasoning_open and tags.reasoning_close:
+            content += [Pattern("r_open", tags.reasoning_open), Pattern("r_close", tags.reasoning_close)]
+            reasoning.append(Pattern("r_close", tags.reasoning_close))
+        if tags.tool_open:
+            content.append(Pattern("t_open", tags.tool_open))
+            if tags.tool_close:
+                tool.append(Pattern("t_close", tags.tool_close))
+    result = [(), (), ()]  # type: list[tuple[Pattern, ...]]
+    result[CONTENT], result[REASONING], result[TOOL] = tuple(content), tuple(reasoning), tuple(tool)
+    return tuple(result)
+
+
+def id_tags(table: TokenTable, tags: TagSet) -> Mapping[int, Pattern]:
+    """Tag tokens whose text the decode drops (special tokens under skip_special_tokens):
+    the stream recognises them by id."""
+    by_text = {content: i for i, content, special in table.added_tokens if special}
+    found: dict[int, Pattern] = {}
+    for kind, text in (
+        ("r_open", tags.reasoning_open),
+        ("r_close", tags.reasoning_close),
+        ("t_open", tags.tool_open),
+        ("t_close", tags.tool_close),
+    ):
+        if text and text in by_text:
+            found[by_text[text]] = Pattern(kind, text)  # type: ignore[arg-type]
+    return found
+
+
+def forget() -> None:
+    """Drop what streams have learnt: the cached configurations and stop automata, and
+    with them their scan memos (``Matcher.steps``, the one table filled in as streams run).
+    Running streams go on exactly with what they hold; the next ones build theirs again."""
+    stream_config.cache_clear()
+    Matcher.build.cache_clear()
