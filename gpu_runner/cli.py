@@ -11,6 +11,11 @@
     prints throughput, model time per step and the detokenizer's time per token and share.
     Exit status 1 when a check fails; ``--json`` prints one JSON object instead.
 
+``detok-plugin serve``
+    Serves the model on 127.0.0.1 behind OpenAI's ``/v1/chat/completions`` and
+    ``/v1/completions`` (streamed through the plugin), with a page at ``/`` that shows a naive
+    stream and ours side by side in the browser (``serve.py``).
+
 Errors a user can fix (a missing model, a bad option, a batch too large) print one line and
 exit with status 2.
 """
@@ -217,6 +222,22 @@ def _verify(args: argparse.Namespace, settings: Any) -> int:
     return 0 if report.ok else 1
 
 
+# --- serve ----------------------------------------------------------------------------
+
+
+def _serve(args: argparse.Namespace, settings: Any) -> int:
+    from .serve import defaults_for, serve
+
+    if args.max_batch < 1:
+        raise ValueError(f"--max-batch must be at least 1, got {args.max_batch}")
+    runner = _load(args)
+    print(f"detok-plugin: serving {runner.name} on http://{args.host}:{args.port}/ (the page) "
+          f"and /v1 (OpenAI API); Ctrl-C stops", file=sys.stderr, flush=True)
+    serve(runner, defaults_for(runner, settings, max_batch=args.max_batch), host=args.host, port=args.port,
+          max_batch=args.max_batch)
+    return 0
+
+
 # --- shared ---------------------------------------------------------------------------
 
 
@@ -254,7 +275,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Stream a real model's tokens into text exactly and promptly (no U+FFFD from split characters).",
     )
     parser.add_argument("--version", action="version", version=f"detok-plugin {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{chat,verify}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{chat,verify,serve}")
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--model", default=None, metavar="PATH",
@@ -292,6 +313,17 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("--json", action="store_true", help="print one JSON object for machines")
     verify.add_argument("--max-new-tokens", type=int, default=32)
     verify.set_defaults(func=_verify)
+
+    serve = sub.add_parser("serve", parents=[common], help="serve an OpenAI-compatible API and a comparison page",
+                           description="Serve the model behind OpenAI's chat and completions API, streamed "
+                                       "through the plugin, with a page comparing a naive stream at /.")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--max-batch", type=int, default=16, metavar="B",
+                       help="rows generated at once across requests (a request with n choices is n rows)")
+    serve.add_argument("--max-new-tokens", type=int, default=256,
+                       help="max_tokens for a request that gives none")
+    serve.set_defaults(func=_serve)
     return parser
 
 

@@ -64,4 +64,16 @@ step "what vLLM's own tests import"
 quiet "${PIP[@]}" install -q --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.11
 quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" "fastapi>=0.133,<0.137" "llguidance>=1.7,<1.8" \
     partial-json-parser "jsonschema>=4.23" "pydantic-extra-types[pycountry]" einops pytest-asyncio
+# detok-plugin serve, and its page checked in a real browser (tests/test_serve_browser.py):
+# Debian's chromium driven by playwright (pip's playwright cannot download a browser here).
+step "serve (starlette, uvicorn), playwright, Debian's chromium"
+quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" -e ".[serve]" "playwright==1.65.2"
+if ! command -v chromium >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
+            || step "chromium: apt-get failed; the browser test will skip"
+    else
+        step "chromium: not installed, and apt-get needs root; the browser test will skip"
+    fi
+fi
 touch "$(stamp test)"
