@@ -108,9 +108,8 @@ def main() -> None:
 
     import torch
     import transformers
-    from transformers import TextIteratorStreamer
-
     from detok_plugin.integrations.transformers import DetokIteratorStreamer
+    from transformers import TextIteratorStreamer
 
     data = record() if args.record or not DATA.exists() else json.loads(DATA.read_text(encoding="utf-8"))
     tok = tokenizer_zoo.load("smollm2")

@@ -47,7 +47,7 @@ import time
 from collections.abc import Sequence
 
 from _common import PARAGRAPHS, table, token_stream, tokenizer_zoo
-
+from detok_plugin.integrations import vllm as shim
 from vllm.sampling_params import RequestOutputKind, SamplingParams
 from vllm.tokenizers.hf import get_cached_tokenizer
 from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
@@ -56,7 +56,6 @@ from vllm.v1.engine.output_processor import OutputProcessor
 
 import detok_plugin
 from detok_plugin._tables import build_table
-from detok_plugin.integrations import vllm as shim
 
 STOPS = ["\n\nUser:", "</answer>", "<|endofturn|>", "Observation:"]
 STOP_MODES = ("none", "shared", "own")

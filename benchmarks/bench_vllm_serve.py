@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 import psutil
-
 from _common import OUT, table  # also puts tests/ on sys.path
 from vllm_serve_harness import ENGINE_VENV, Server, late_characters, stream
 
@@ -106,9 +105,8 @@ def main() -> None:
     args = ap.parse_args()
     if not (ENGINE_VENV / "bin" / "python").exists():
         raise SystemExit(f"no vLLM engine at {ENGINE_VENV}: run bash scripts/setup_vllm_engine.sh")
-    from transformers import AutoTokenizer
-
     from detok_plugin.gpu_runner.convert import default_model_directory
+    from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(default_model_directory(progress=None))
     logs = Path(tempfile.mkdtemp(prefix="bench-vllm-serve-"))

@@ -7,6 +7,7 @@ The core is pure Python and imports no framework. Start with
 
 from __future__ import annotations
 
+from ._delta import Delta, Segment
 from ._errors import (
     DetokError,
     StreamFinishedError,
@@ -14,10 +15,9 @@ from ._errors import (
     TokenTypeError,
     UnsupportedTokenizerError,
 )
+from ._options import forget
 from ._serving import ServingStream
 from ._simple import IncrementalDetokenizer
-from ._delta import Delta, Segment
-from ._options import forget
 from ._state import DetokenizerState
 from ._tables import TokenTable, build_table, decode_with_table
 from ._tags import TagSet, ToolCall, parse_tool_body

@@ -53,7 +53,8 @@ class HeldScan(NamedTuple):
 class Boundary:
     """Stop strings and tags at the boundary (see the module docstring)."""
 
-    __slots__ = ()
+    if not TYPE_CHECKING:  # slotless at run time; mypy reads the declarations below
+        __slots__ = ()
 
     # Declared in DetokenizerState's slots.
     token_ids: list[int]

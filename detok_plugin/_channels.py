@@ -36,7 +36,8 @@ __all__: list[str] = []
 class Router:
     """The channels of one stream (see the module docstring)."""
 
-    __slots__ = ()
+    if not TYPE_CHECKING:  # slotless at run time; mypy reads the declarations below
+        __slots__ = ()
 
     # Declared in DetokenizerState's slots.
     _cfg: StreamConfig

@@ -262,7 +262,7 @@ class SentencePieceStream(StreamDecoder):
         b = self._bytes[i]
         if b < 0:
             if not self._run_len and not self._strip:
-                return self._pieces[i]
+                return self._pieces[i]  # type: ignore[no-any-return]
             s = self._close_run() + self._pieces[i]
         else:
             s = self._push_byte(b)
@@ -278,10 +278,13 @@ class SentencePieceStream(StreamDecoder):
         while j >= 0 and (prompt[j] in skip or byte_values[prompt[j]] >= 0):
             j -= 1
         start = max(j, 0)
-        if self._strip and start > 0:
-            if any(i not in skip and (byte_values[i] >= 0 or pieces[i]) for i in prompt[:start]):
-                self._strip = False
-                self.idle = not self._run_len
+        if (
+            self._strip
+            and start > 0
+            and any(i not in skip and (byte_values[i] >= 0 or pieces[i]) for i in prompt[:start])
+        ):
+            self._strip = False
+            self.idle = not self._run_len
         if start < len(prompt):
             self.feed(prompt[start:])
 

@@ -18,7 +18,7 @@ from ._errors import TokenIdError, TokenTypeError, UnsupportedTokenizerError
 from ._tables import TokenTable, build_table, decode_with_table, eos_token_ids_of
 from ._tags import TagSet
 
-__all__ = ["Opened", "as_id", "check", "checked_ids", "open_decoder"]
+__all__ = ["Opened", "as_id", "check", "checked_ids", "checked_push", "open_decoder"]
 
 
 class Opened(NamedTuple):
@@ -111,6 +111,18 @@ def checked_ids(
     return ids
 
 
+def checked_push(ids: Any, first_position: int, vocab: Sequence[Any] | None, size: int, request_id: str | None) -> list[int]:
+    """The ids of one push (an id, or a sequence of them), validated before any is applied:
+    a bad id anywhere raises, naming it and its position."""
+    if type(ids) is int:
+        batch: Sequence[Any] = (ids,)
+    elif isinstance(ids, (str, bytes, bool)) or not hasattr(ids, "__iter__"):
+        raise TokenTypeError(ids, first_position, request_id)
+    else:
+        batch = ids if isinstance(ids, (list, tuple)) else list(ids)
+    return checked_ids(batch, first_position, vocab, size, request_id)
+
+
 def _checked_prompt(prompt_ids: Sequence[int], holes: Sequence[Any] | None, size: int, request_id: str | None) -> list[int]:
     """The prompt, validated in C when it is clean (``holes``: the pieces, when some id has
     none); otherwise id by id, so the error names the bad one."""
@@ -118,7 +130,7 @@ def _checked_prompt(prompt_ids: Sequence[int], holes: Sequence[Any] | None, size
         return []
     try:
         packed = array("q", prompt_ids)  # ints and __index__ objects only
-        clean = 0 <= min(packed) and max(packed) < size
+        clean = min(packed) >= 0 and max(packed) < size
     except (TypeError, OverflowError):
         clean = False
     if clean and (holes is None or all(holes[t] is not None for t in set(packed))):

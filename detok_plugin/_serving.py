@@ -29,8 +29,8 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from ._errors import TokenIdError
 from ._delta import Delta, FinishReason
+from ._errors import TokenIdError
 from ._state import DetokenizerState
 from ._tables import build_table
 
@@ -68,6 +68,18 @@ class ServingStream:
         "_on_unknown",
     )
 
+    token_ids: list[int]
+    finish_reason: FinishReason | None
+    stop_reason: str | int | None
+    _rest: dict[int, str] | None  # _known while the reference is at rest, else None
+    _known: dict[int, str] | None  # the shared rest texts (TokenTable.rest_texts)
+    _quick: tuple[str | None, ...] | None
+    _first: Callable[[str], object] | None
+    _limit: int
+    _stop_ids: frozenset[int]
+    _state: DetokenizerState
+    _on_unknown: Callable[[TokenIdError], None] | None
+
     @classmethod
     def from_tokenizer(
         cls,
@@ -103,20 +115,22 @@ class ServingStream:
         )
         self = cls.__new__(cls)
         self._state = state
-        self.token_ids: list[int] = state.token_ids  # one list: the reference counts it
+        self.token_ids = state.token_ids  # one list: the reference counts it
         self._limit = sys.maxsize if max_tokens is None else max_tokens - 1
         self._stop_ids = state._stop_ids  # noqa: SLF001 (the two layers are one package)
         self._on_unknown = on_unknown_id
-        self.finish_reason: FinishReason | None = None
-        self.stop_reason: str | int | None = None
+        self.finish_reason = None
+        self.stop_reason = None
         # The texts ids leave with at rest: quick texts with no first character of a stop,
         # learnt per id and shared (TokenTable.rest_texts); None on the generic path.
         table = build_table(tokenizer)[0]
-        self._first = state._first  # noqa: SLF001
+        first = state._first  # noqa: SLF001
+        self._first = first
         self._quick = table.quick_texts(skip_special_tokens) if table is not None else None
         self._known = None
         if table is not None:
-            self._known = table.rest_texts(skip_special_tokens, self._first.__self__.pattern if self._first else None)
+            pattern = first.__self__.pattern if first is not None else None  # type: ignore[attr-defined]
+            self._known = table.rest_texts(skip_special_tokens, pattern)
         self._rest = self._known if state._at_rest() else None  # noqa: SLF001
         return self
 
@@ -152,13 +166,13 @@ class ServingStream:
     def _learn(self, token_id: int) -> str | None:
         """An id not yet in the shared rest texts: its quick text when that holds no first
         character of a stop (then it is added), else None."""
-        quick = self._quick
-        if not 0 <= token_id < len(quick):  # type: ignore[arg-type]
+        quick, known = self._quick, self._known
+        if quick is None or known is None or not 0 <= token_id < len(quick):
             return None
-        text = quick[token_id]  # type: ignore[index]
+        text = quick[token_id]
         if text is None or (self._first is not None and self._first(text) is not None):
             return None
-        self._known[token_id] = text  # type: ignore[index]
+        known[token_id] = text
         return text
 
     def push(self, ids: int | Sequence[int]) -> Delta:
@@ -166,10 +180,12 @@ class ServingStream:
         stop completed among them). With ``on_unknown_id``, the ids are taken one by one
         (an unknown one is counted and renders as ``""``); without, a bad id anywhere
         raises before any id of the push is applied."""
-        if self._on_unknown is None or isinstance(ids, int):
-            delta = self._state.push(ids) if self._on_unknown is None else _one(self, ids)
+        if self._on_unknown is None:
+            delta = self._state.push(ids)
             self._caught_up()
             return delta
+        if isinstance(ids, int):
+            return _one(self, ids)
         parts, consumed = [], 0
         for token_id in ids:
             parts.append(self.push_text(token_id))

@@ -39,11 +39,10 @@ from typing import Any
 
 from ._boundary import Boundary, HeldScan
 from ._channels import Router
-from ._delta import CHANNEL_NAMES, CONTENT, REASONING, TAG, Delta, FinishReason, Out, Reasoning, Segment
-from ._delta import ONE_EMPTY, text_delta
-from ._errors import StreamFinishedError, TokenTypeError
+from ._delta import CHANNEL_NAMES, CONTENT, ONE_EMPTY, REASONING, TAG, Delta, FinishReason, Out, Reasoning, Segment, text_delta
+from ._errors import StreamFinishedError
 from ._matcher import Step
-from ._opening import Opened, checked_ids, open_decoder
+from ._opening import Opened, checked_push, open_decoder
 from ._options import Pattern, StreamConfig, forget, id_tags, stream_config
 from ._tags import TagSet
 
@@ -203,13 +202,7 @@ class DetokenizerState(Router, Boundary):
         """push_text's shortcut applies: a table, content only, no length limit, live,
         nothing of the prompt left to skip. (Stop ids are checked per id.)"""
         cfg = self._cfg
-        return (
-            self._vocab is not None
-            and cfg.tags is None
-            and cfg.max_tokens is None
-            and not self._skip_chars
-            and not self._done
-        )
+        return self._vocab is not None and cfg.tags is None and cfg.max_tokens is None and not (self._skip_chars or self._done)
 
     # --- the verbs ---------------------------------------------------------------------
 
@@ -228,7 +221,7 @@ class DetokenizerState(Router, Boundary):
             and ids not in self._stop_ids
         ):
             return self._push_one(ids)  # type: ignore[return-value]
-        checked = self._checked_batch(ids)
+        checked = checked_push(ids, len(self.token_ids), self._vocab, self._size, self.request_id)
         out = Out()
         consumed = 0
         for tid in checked:
@@ -355,7 +348,7 @@ class DetokenizerState(Router, Boundary):
         """push_text's shortcut (content only, nothing skipped, live, no stop id): an idle
         decoder's text is one index away; with stops, the boundary in ``_text_boundary``."""
         dec = self._dec
-        if not dec.idle or (text := dec.quick[tid]) is None:  # type: ignore[attr-defined]
+        if not dec.idle or (text := dec.quick[tid]) is None:
             if self._vocab[tid] is None:  # type: ignore[index]
                 return self.push(tid).text  # a hole in the vocabulary: the checked path raises
             text = dec.feed_one(tid)
@@ -405,17 +398,6 @@ class DetokenizerState(Router, Boundary):
 
     # --- helpers ---------------------------------------------------------------------------
 
-    def _checked_batch(self, ids: Any) -> list[int]:
-        """The ids of one push, validated before any is applied (a bad id anywhere raises
-        naming it and its position)."""
-        if type(ids) is int:
-            batch: Sequence[Any] = (ids,)
-        elif isinstance(ids, (str, bytes, bool)) or not hasattr(ids, "__iter__"):
-            raise TokenTypeError(ids, len(self.token_ids), self.request_id)
-        else:
-            batch = ids if isinstance(ids, (list, tuple)) else list(ids)
-        return checked_ids(batch, len(self.token_ids), self._vocab, self._size, self.request_id)
-
     def _unskip(self, text: str) -> str:
         """Drop what the prompt's held tail already stands for: ``decode(prompt)`` renders
         that tail as final (U+FFFD), so the output starts that many characters in."""
@@ -456,9 +438,8 @@ class DetokenizerState(Router, Boundary):
         return self.finish_reason == "stop" and isinstance(self.stop_reason, str)
 
     def _delta(self, out: Out, consumed: int) -> Delta:
-        return Delta(
-            "".join(out.text), "".join(out.reasoning), tuple(out.tools), self.finish_reason, self.stop_reason, consumed
-        )
+        text, reasoning, tools = "".join(out.text), "".join(out.reasoning), tuple(out.tools)
+        return Delta(text, reasoning, tools, self.finish_reason, self.stop_reason, consumed)
 
     def _log(self, kind: int, text: str) -> None:
         if self._keep_log:

@@ -19,6 +19,7 @@ Anything else takes the generic, decode-based path (see ``_decoders.GenericStrea
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import random
 import threading
@@ -241,6 +242,7 @@ def eos_token_ids_of(tokenizer: Any) -> tuple[int, ...]:
 
 
 def _try_build(tokenizer: Any) -> tuple[TokenTable | None, str]:
+    """The table for ``tokenizer``'s backend decoder, or ``(None, why not)``."""
     backend = _backend_of(tokenizer)
     if backend is None:
         return None, "no tokenizers backend (decode-only tokenizer)"
@@ -253,66 +255,57 @@ def _try_build(tokenizer: Any) -> tuple[TokenTable | None, str]:
     except Exception as exc:  # a backend without a serialisable decoder
         return None, f"decoder not readable ({type(exc).__name__})"
     vocab: dict[str, int] = backend.get_vocab(with_added_tokens=True)
-    size = max(vocab.values()) + 1 if vocab else 0
     added = backend.get_added_tokens_decoder()
+    common: dict[str, Any] = {
+        "name": getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__,
+        "eos_token_ids": eos_token_ids_of(tokenizer),
+        "added_tokens": tuple(sorted((i, t.content, bool(t.special)) for i, t in added.items())),
+    }
     special = frozenset(i for i, t in added.items() if t.special)
-    added_tokens = tuple(sorted((i, t.content, bool(t.special)) for i, t in added.items()))
-    name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-    eos = eos_token_ids_of(tokenizer)
     if decoder.get("type") == "ByteLevel":
-        pieces: list[bytes | None] = [None] * size
-        for tok, i in vocab.items():
-            try:
-                pieces[i] = bytes(_UNICODE_TO_BYTE[c] for c in tok)
-            except KeyError:  # a character outside the map: tokenizers keeps the raw UTF-8
-                pieces[i] = tok.encode("utf-8")
-        return (
-            TokenTable("byte_level", tuple(pieces), special, name=name, eos_token_ids=eos, added_tokens=added_tokens),
-            "decoder is ByteLevel",
-        )
+        return TokenTable("byte_level", _byte_level_pieces(vocab), special, **common), "decoder is ByteLevel"
     shape = _sentencepiece_shape(decoder)
-    if shape is not None:
-        marker, strip = shape
-        texts: list[str | None] = [None] * size
-        byte_values = [-1] * size
-        for tok, i in vocab.items():
-            t = tok.replace(marker, " ")
-            texts[i] = t
-            if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
-                try:
-                    byte_values[i] = int(t[3:5], 16)
-                except ValueError:
-                    pass
-        return (
-            TokenTable(
-                "sentencepiece",
-                tuple(texts),
-                special,
-                byte_values=tuple(byte_values),
-                strip_leading_space=strip,
-                name=name,
-                eos_token_ids=eos,
-                added_tokens=added_tokens,
-            ),
-            "decoder is Replace+ByteFallback+Fuse" + ("+Strip" if strip else ""),
-        )
-    return None, f"decoder {decoder.get('type')!r} has no table path"
+    if shape is None:
+        return None, f"decoder {decoder.get('type')!r} has no table path"
+    marker, strip = shape
+    texts, byte_values = _sentencepiece_pieces(vocab, marker)
+    table = TokenTable(
+        "sentencepiece", texts, special, byte_values=byte_values, strip_leading_space=strip, **common
+    )
+    return table, "decoder is Replace+ByteFallback+Fuse" + ("+Strip" if strip else "")
+
+
+def _byte_level_pieces(vocab: dict[str, int]) -> tuple[bytes | None, ...]:
+    """Each token's bytes through GPT-2's byte map (None: a hole in the id space)."""
+    pieces: list[bytes | None] = [None] * (max(vocab.values()) + 1 if vocab else 0)
+    for tok, i in vocab.items():
+        try:
+            pieces[i] = bytes(_UNICODE_TO_BYTE[c] for c in tok)
+        except KeyError:  # a character outside the map: tokenizers keeps the raw UTF-8
+            pieces[i] = tok.encode("utf-8")
+    return tuple(pieces)
+
+
+def _sentencepiece_pieces(vocab: dict[str, int], marker: str) -> tuple[tuple[str | None, ...], tuple[int, ...]]:
+    """Each token's text with ``marker`` as a space, and the byte of each ``<0xNN>`` piece
+    (-1 for the others)."""
+    size = max(vocab.values()) + 1 if vocab else 0
+    texts: list[str | None] = [None] * size
+    byte_values = [-1] * size
+    for tok, i in vocab.items():
+        t = tok.replace(marker, " ")
+        texts[i] = t
+        if len(t) == 6 and t.startswith("<0x") and t.endswith(">"):
+            with contextlib.suppress(ValueError):
+                byte_values[i] = int(t[3:5], 16)
+    return tuple(texts), tuple(byte_values)
 
 
 def _verify(table: TokenTable, decode: Callable[..., str]) -> str | None:
     """Compare the table's decode with the tokenizer's own on a fixed sample; None if equal."""
-    rng = random.Random(20261121)
-    valid = [i for i in range(table.vocab_size) if table.pieces[i] is not None]
-    if not valid:
+    if table.vocab_size == 0 or all(p is None for p in table.pieces):
         return "empty vocabulary"
-    cases: list[list[int]] = [[i] for i, _, _ in table.added_tokens[:512]]
-    cases += [[rng.choice(valid), i, rng.choice(valid)] for i, _, _ in table.added_tokens[:512]]
-    if table.family == "sentencepiece":
-        bytes_ids = [i for i, b in enumerate(table.byte_values) if b >= 0]
-        if bytes_ids:
-            cases += [[rng.choice(bytes_ids) for _ in range(rng.randint(1, 6))] for _ in range(32)]
-    cases += [[rng.choice(valid) for _ in range(rng.randint(1, 12))] for _ in range(96)]
-    for ids in cases:
+    for ids in _verification_sample(table):
         for skip in (False, True):
             want = decode(ids, skip_special_tokens=skip)
             got = decode_with_table(table, ids, skip_special_tokens=skip)
@@ -321,8 +314,23 @@ def _verify(table: TokenTable, decode: Callable[..., str]) -> str | None:
     return None
 
 
+def _verification_sample(table: TokenTable) -> list[list[int]]:
+    """Every added token alone and between random neighbours, runs of byte pieces, and
+    random id sequences; the same sample every time (a fixed seed)."""
+    rng = random.Random(20261121)
+    valid = [i for i in range(table.vocab_size) if table.pieces[i] is not None]
+    cases: list[list[int]] = [[i] for i, _, _ in table.added_tokens[:512]]
+    cases += [[rng.choice(valid), i, rng.choice(valid)] for i, _, _ in table.added_tokens[:512]]
+    if table.family == "sentencepiece":
+        bytes_ids = [i for i, b in enumerate(table.byte_values) if b >= 0]
+        if bytes_ids:
+            cases += [[rng.choice(bytes_ids) for _ in range(rng.randint(1, 6))] for _ in range(32)]
+    cases += [[rng.choice(valid) for _ in range(rng.randint(1, 12))] for _ in range(96)]
+    return cases
+
+
 _cache_lock = threading.Lock()
-_weak_cache: "weakref.WeakKeyDictionary[Any, tuple[TokenTable | None, str]]" = weakref.WeakKeyDictionary()
+_weak_cache: weakref.WeakKeyDictionary[Any, tuple[TokenTable | None, str]] = weakref.WeakKeyDictionary()
 _strong_cache: dict[int, tuple[Any, tuple[TokenTable | None, str]]] = {}
 
 

@@ -39,7 +39,7 @@ class TagSet:
     tool_format: ToolFormat = "hermes"
 
     @classmethod
-    def preset(cls, name: str) -> "TagSet":
+    def preset(cls, name: str) -> TagSet:
         try:
             return _PRESETS[name]
         except KeyError:
@@ -98,7 +98,7 @@ def _deepseek_calls(body: str) -> list[tuple[str, str]]:
         block = block.split("<｜tool▁call▁end｜>")[0]
         if "<｜tool▁sep｜>" not in block:
             raise ValueError("a DeepSeek tool call needs <｜tool▁sep｜>")
-        head, rest = block.split("<｜tool▁sep｜>", 1)
+        _head, rest = block.split("<｜tool▁sep｜>", 1)
         name, _, args = rest.partition("\n")
         args = args.strip()
         if args.startswith("```"):

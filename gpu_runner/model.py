@@ -82,7 +82,7 @@ def resolve_model(
     raise ModelLoadError(str(spec), "the directory holds neither config.json nor a .gguf file")
 
 
-def select_device(name: str = "auto") -> "torch.device":
+def select_device(name: str = "auto") -> torch.device:
     """``auto`` is CUDA when present, else CPU; asking for ``cuda`` without one is an error."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -94,7 +94,7 @@ def select_device(name: str = "auto") -> "torch.device":
         raise DeviceError(f"--device {name!r} is not a torch device ({exc})") from exc
 
 
-def select_dtype(name: str, device: "torch.device") -> "torch.dtype":
+def select_dtype(name: str, device: torch.device) -> torch.dtype:
     """``auto`` is float32 on CPU (fast there, and exact enough), bfloat16 on CUDA when supported."""
     if name == "auto":
         if device.type == "cuda":
@@ -109,7 +109,7 @@ def select_dtype(name: str, device: "torch.device") -> "torch.dtype":
 def load_model(
     spec: str | Path | None = None,
     *,
-    device: "torch.device | str" = "auto",
+    device: torch.device | str = "auto",
     dtype: str = "auto",
     cache_dir: Path | str | None = None,
     progress: IO[str] | None = sys.stderr,
@@ -149,7 +149,7 @@ def tiny_random_model(
     seed: int = 0,
     hidden_size: int = 32,
     num_layers: int = 2,
-    device: "torch.device | str" = "cpu",
+    device: torch.device | str = "cpu",
 ) -> Any:
     """A randomly initialised 2-layer Qwen3 causal LM whose vocabulary is ``tokenizer``'s.
 

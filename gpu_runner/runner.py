@@ -236,7 +236,7 @@ class Runner:
         dtype: str = "auto",
         cache_dir: Path | str | None = None,
         progress: IO[str] | None = sys.stderr,
-    ) -> "Runner":
+    ) -> Runner:
         """Load ``model`` (a directory, a .gguf file, or ``None`` for the default)."""
         m, tok, source = load_model(model, device=device, dtype=dtype, cache_dir=cache_dir, progress=progress)
         return cls(m, tok, name=source.label, source=source)
@@ -488,7 +488,7 @@ def _eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
     return tuple(sorted(ids))
 
 
-def _pick(logits: "torch.Tensor", settings: GenerationSettings, generator: "torch.Generator | None") -> "torch.Tensor":
+def _pick(logits: torch.Tensor, settings: GenerationSettings, generator: torch.Generator | None) -> torch.Tensor:
     """3. The next id per row: argmax, or a draw from softmax(logits / T) over the top k."""
     if generator is None:
         return logits.argmax(dim=-1)
@@ -500,12 +500,12 @@ def _pick(logits: "torch.Tensor", settings: GenerationSettings, generator: "torc
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-def _sync(device: "torch.device") -> None:
+def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _free_bytes(device: "torch.device") -> int | None:
+def _free_bytes(device: torch.device) -> int | None:
     """Free memory on ``device``: CUDA's own figure, or MemAvailable from /proc/meminfo."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])

@@ -67,14 +67,14 @@ from typing import Any, Literal
 from detok_plugin import Delta, DetokenizerState, TagSet
 
 __all__ = [
+    "ENV_FLAG",
+    "PTH_LINE",
+    "PTH_NAME",
     "AsyncDetokIteratorStreamer",
     "DetokDiffusionStreamer",
     "DetokIteratorStreamer",
     "DetokStopCriteria",
     "DetokStreamer",
-    "ENV_FLAG",
-    "PTH_LINE",
-    "PTH_NAME",
     "install",
     "installed",
     "uninstall",

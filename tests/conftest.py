@@ -11,7 +11,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 import tokenizer_zoo  # noqa: E402
-
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 #: Property-test budget per test, read in one place (README: DETOK_HYPOTHESIS_EXAMPLES).

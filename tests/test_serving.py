@@ -8,9 +8,9 @@ tokenizer and random stops, min/max tokens and include flags, is in test_state_b
 from __future__ import annotations
 
 import pytest
+from helpers import expected
 
 from detok_plugin import DetokenizerState, ServingStream, TokenIdError
-from helpers import expected
 
 
 def test_stop_ids_eos_and_max_tokens_end_the_stream_at_rest(qwen3):

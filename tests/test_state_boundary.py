@@ -6,10 +6,11 @@ import json
 import os
 
 import pytest
-from hypothesis import given, strategies as st
+from helpers import MULTILINGUAL, expected, probe_ids, settled
+from hypothesis import given
+from hypothesis import strategies as st
 
 from detok_plugin import DetokenizerState, Segment, ServingStream, TagSet, TokenTable
-from helpers import MULTILINGUAL, expected, probe_ids, settled
 
 
 def table_of(*pieces: str | bytes, special: tuple[int, ...] = ()) -> TokenTable:
@@ -147,17 +148,17 @@ def test_multi_token_push_consumes_up_to_the_stop():
 
 def test_stop_token_ids_and_eos():
     t = table_of("a", "b", "<eos>", "<stop>")
-    s, ds = run(t, [0, 2, 1], eos_token_ids=[2])
+    _s, ds = run(t, [0, 2, 1], eos_token_ids=[2])
     assert joined(ds) == "a" and ds[-1].stop_reason is None and ds[-1].finish_reason == "stop"
-    s, ds = run(t, [0, 3, 1], stop_token_ids=[3], include_stop_str_in_output=True)
+    _s, ds = run(t, [0, 3, 1], stop_token_ids=[3], include_stop_str_in_output=True)
     assert joined(ds) == "a<stop>" and ds[-1].stop_reason == 3
-    s, ds = run(t, [3, 0, 3], stop_token_ids=[3], min_tokens=1)
+    _s, ds = run(t, [3, 0, 3], stop_token_ids=[3], min_tokens=1)
     assert joined(ds) == "<stop>a" and ds[-1].stop_reason == 3
 
 
 def test_max_tokens_is_length():
     t = table_of("a", "b", "c")
-    s, ds = run(t, [0, 1, 2], max_tokens=2)
+    _s, ds = run(t, [0, 1, 2], max_tokens=2)
     assert joined(ds) == "ab" and ds[-1].finish_reason == "length"
 
 
@@ -208,14 +209,14 @@ def test_tag_spread_over_text_tokens():
     """A tag written as ordinary text over several tokens, split through a character."""
     tags = TagSet("custom", "<思考>", "</思考>")
     t = table_of("前", "<", b"\xe6\x80", b"\x9d\xe8\x80\x83>", "内", "</思", "考>", "后")
-    s, ds = run(t, list(range(8)), tags=tags)
+    _s, ds = run(t, list(range(8)), tags=tags)
     assert joined(ds) == "前后" and joined(ds, "reasoning") == "内"
     assert [d.text for d in ds][:2] == ["前", ""]
 
 
 def test_tag_string_inside_a_tool_body_stays_in_the_body():
     t = table_of("<tool_call>", '{"name": "echo", "arguments": {"s": "<think>x</think>"}}', "</tool_call>", "ok")
-    s, ds = run(t, [0, 1, 2, 3], tags="qwen3")
+    _s, ds = run(t, [0, 1, 2, 3], tags="qwen3")
     done = [c for d in ds for c in d.tool_calls if c.complete]
     assert json.loads(done[0].arguments) == {"s": "<think>x</think>"}
     assert joined(ds) == "ok" and joined(ds, "reasoning") == ""
@@ -354,7 +355,7 @@ def test_tags_any_chunking_same_channels_and_lossless_log(qwen3, data):
     chunks = [ids[a:b] for a, b in zip(cuts, cuts[1:])]
     stop = data.draw(st.sampled_from([[], ["答🫨"], ["hello"]]))
     s1, one = run(qwen3, ids, tags="qwen3", stop=stop)
-    s2, many = run(qwen3, ids, chunks=chunks, tags="qwen3", stop=stop)
+    _s2, many = run(qwen3, ids, chunks=chunks, tags="qwen3", stop=stop)
     for f in ("text", "reasoning"):
         assert joined(one, f) == joined(many, f)
     calls1 = [(c.index, c.name, c.arguments, c.error) for d in one for c in d.tool_calls if c.complete]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import given, strategies as st
+from helpers import MULTILINGUAL, expected, probe_ids, settled, stream
+from hypothesis import given
+from hypothesis import strategies as st
 
 from detok_plugin import (
     DetokenizerState,
@@ -15,7 +17,6 @@ from detok_plugin import (
     TokenTypeError,
     build_table,
 )
-from helpers import MULTILINGUAL, expected, probe_ids, settled, stream
 
 
 def _chunk(ids: list[int], cuts: list[int]) -> list[list[int]]:

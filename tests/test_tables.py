@@ -69,7 +69,6 @@ def test_a_table_that_disagrees_with_decode_falls_back(qwen3):
 
 
 def test_a_hole_in_the_vocabulary_is_a_typed_error_in_prompt_and_output():
-    import pytest
 
     from detok_plugin import IncrementalDetokenizer, TokenIdError, TokenTable
 

@@ -35,10 +35,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import tokenizer_zoo  # noqa: E402
-from hypothesis import given  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from detok_plugin import Delta, DetokenizerState  # noqa: E402
 from detok_plugin.integrations import transformers as shim  # noqa: E402
 from detok_plugin.integrations.transformers import (  # noqa: E402
     AsyncDetokIteratorStreamer,
@@ -47,7 +43,11 @@ from detok_plugin.integrations.transformers import (  # noqa: E402
     DetokStopCriteria,
     DetokStreamer,
 )
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from transformers.generation import streamers as stock  # noqa: E402
+
+from detok_plugin import Delta, DetokenizerState  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 JAPANESE = "Say hello in Japanese and add an emoji."

@@ -15,7 +15,6 @@ both install the ``vllm`` package); ``scripts/test.sh`` sets it up with
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -64,9 +63,8 @@ def servers(tmp_path_factory) -> Iterator[dict[str, Server]]:
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from transformers import AutoTokenizer
-
     from detok_plugin.gpu_runner.convert import default_model_directory
+    from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(default_model_directory(progress=None))
 

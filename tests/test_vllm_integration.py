@@ -23,16 +23,15 @@ import pytest
 
 pytest.importorskip("vllm.v1.engine.output_processor", reason="vLLM is not installed: pip install detok-plugin[vllm]")
 
+import tokenizer_zoo  # noqa: E402
+from detok_plugin.integrations import vllm as shim  # noqa: E402
+from helpers import MULTILINGUAL, expected  # noqa: E402
 from vllm.sampling_params import RequestOutputKind, SamplingParams  # noqa: E402
 from vllm.tokenizers.hf import get_cached_tokenizer  # noqa: E402
 from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest, FinishReason  # noqa: E402
 from vllm.v1.engine import detokenizer as vllm_detokenizer  # noqa: E402
 from vllm.v1.engine.output_processor import OutputProcessor  # noqa: E402
 from vllm.v1.engine.parallel_sampling import ParentRequest  # noqa: E402
-
-import tokenizer_zoo  # noqa: E402
-from detok_plugin.integrations import vllm as shim  # noqa: E402
-from helpers import MULTILINGUAL, expected  # noqa: E402
 
 DELTA = RequestOutputKind.DELTA
 CUMULATIVE = RequestOutputKind.CUMULATIVE

@@ -247,7 +247,7 @@ def directory(name: str) -> Path:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load(name: str) -> Any:
     """Build (once, cached on disk) and load the real tokenizer called ``name``."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from tests import tokenizer_zoo
 
-__all__ = ["VERSION", "HUB", "prepare", "run"]
+__all__ = ["HUB", "VERSION", "prepare", "run"]
 
 VERSION = "0.33.0"
 _SDIST_URL = (
