@@ -44,15 +44,18 @@ False
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.metadata
 import inspect
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from detok_plugin import ServingStream, TokenIdError
+from detok_plugin.integrations._reasoning_stream import ReasoningAwareStream, reasoning_tags
 
 __all__ = [
     "PLUGIN_NAME",
@@ -158,7 +161,14 @@ class VllmDetokenizer:
             delta = getattr(params.output_kind, "name", None) == "DELTA"
         # The verified table is cached per tokenizer object and the stop automaton per stop
         # tuple, so setup per request is the prompt's decoder state.
-        self._stream = ServingStream.from_tokenizer(
+        # A detok chat parser asked for its reasoning tags (docs/vllm.md, "Chat API"):
+        # then stop strings are cut outside reasoning only (vllm-project/vllm#53066).
+        tags = reasoning_tags(params)
+        self._stream = (
+            functools.partial(ReasoningAwareStream.from_tokenizer, tags=tags)
+            if tags is not None
+            else ServingStream.from_tokenizer
+        )(
             tokenizer,
             prompt_ids=request.prompt_token_ids or (),
             skip_special_tokens=params.skip_special_tokens,
@@ -536,6 +546,7 @@ def register() -> bool:
         _startup_log(level, "detok-plugin: off (%s); vLLM keeps its stock detokenizer", settings.source)
         return False
     detokenizer, _ = _import_vllm()
+    _register_chat_parsers()
     version = _vllm_version()
     if version.split("+")[0] not in VERIFIED_VLLM_VERSIONS:
         _startup_log(
@@ -571,8 +582,21 @@ def register() -> bool:
     return True
 
 
+def _register_chat_parsers() -> None:
+    """The ``detok_*`` chat parsers (``vllm_chat``): inert until a server names them."""
+    try:
+        from detok_plugin.integrations.vllm_chat import register_chat_parsers
+    except ImportError as exc:  # a vLLM without the unified parser (before 0.32)
+        _startup_log(logging.WARNING, "detok-plugin: no detok_* chat parsers on this vLLM (%s)", exc)
+        return
+    register_chat_parsers()
+
+
 def unregister() -> bool:
-    """Restore vLLM's stock factory; returns whether ours was installed."""
+    """Restore vLLM's stock factory (and parser composition); returns whether ours was installed."""
+    chat = sys.modules.get("detok_plugin.integrations.vllm_chat")
+    if chat is not None:
+        chat.unregister_chat_parsers()
     detokenizer, _ = _import_vllm()
     cls = detokenizer.IncrementalDetokenizer
     with _Patch.lock:

@@ -1,0 +1,239 @@
+"""Tool-call arguments as they form: the body text the core streams, read into OpenAI deltas.
+
+The core (``DetokenizerState`` with tags) says where a tool-call body starts and ends, and
+at the end parses it (``ToolCall(complete=True)`` with ``name`` and ``arguments``, or
+``error``). OpenAI's streaming API wants more: the call's name as soon as it is known,
+then its ``arguments`` JSON in pieces as the model writes them. :class:`BodyReader` reads
+one body's text, piece by piece, and says what may be sent so far::
+
+    {"name": "get_weather", "arguments": {"city": "東京"}}
+    ^ name known here ───────┘            ^ from here on, every character of the value
+                                            is sent as it arrives, up to its last brace
+
+Rules, so that what was sent is never wrong:
+
+1. Only text that is certainly part of the arguments value is sent: the value must be a
+   JSON object or array (its end is its matching bracket, found by counting brackets
+   outside strings); a string or scalar value, a name that is not the first key, or any
+   other layout is sent whole at the end, from the core's parse.
+2. Nothing here decides whether the body is valid: the core's parse at the end does. A
+   body that turns out malformed has had at most its name and a prefix of its arguments
+   sent; the caller then reports the raw text (see ``integrations/vllm_chat.py``).
+
+Formats: ``hermes`` (one object, ``arguments``), ``llama3`` (one object, ``parameters``),
+``mistral`` (a list of objects), ``deepseek`` (``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME``
+then a fenced JSON block, once per call).
+
+>>> r = BodyReader("hermes")
+>>> r.feed('{"name": "get_weather", "arg')
+[(0, 'get_weather', '')]
+>>> r.feed('uments": {"city": "東')
+[(0, None, '{"city": "東')]
+>>> r.feed('京"}}')
+[(0, None, '京"}')]
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+__all__ = ["BodyReader", "Event"]
+
+#: One thing to send: (call number within the body, the name when it is first known,
+#: a piece of the arguments).
+Event = tuple[int, "str | None", str]
+
+_NAME = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,')
+_KEY = re.compile(r'\s*"(?:arguments|parameters)"\s*:\s*')
+_NEXT = re.compile(r"\s*\}\s*(,)?\s*")
+_DS_CALL = "<｜tool▁call▁begin｜>"
+_DS_SEP = "<｜tool▁sep｜>"
+_DS_END = "<｜tool▁call▁end｜>"
+_DS_FENCE = re.compile(r"```(?:json)?\n")
+_DS_CLOSERS = ("\n```", _DS_END)
+
+
+class BodyReader:
+    """One tool-call body, fed as the core streams it; ``feed(text)`` returns the events
+    that text makes safe to send. ``calls`` is how many calls have had their name sent;
+    ``args[k]`` what was sent of call k's arguments, ``done[k]`` whether all of it."""
+
+    __slots__ = ("fmt", "buf", "pos", "calls", "args", "done", "_depth", "_in_str", "_esc", "_open", "_key", "_dead")
+
+    def __init__(self, fmt: Literal["hermes", "llama3", "mistral", "deepseek"]) -> None:
+        self.fmt = fmt
+        self.buf = ""
+        self.pos = 0  # scanned up to here
+        self.calls = 0
+        self.args: list[str] = []
+        self.done: list[bool] = []
+        self._depth = 0  # bracket depth inside the current arguments value
+        self._in_str = False
+        self._esc = False
+        self._open = False  # inside a call's arguments value
+        self._key = False  # a name was sent; its arguments key is still to come
+        self._dead = False  # a layout this reader does not stream: the end sends it
+
+    def feed(self, text: str) -> list[Event]:
+        self.buf += text
+        events: list[Event] = []
+        while not self._dead:
+            before = (self.pos, self.calls, self._open)
+            if self._key:
+                self._args_key()
+            elif self._open:
+                self._scan_args(events)
+            elif self.fmt == "deepseek":
+                self._deepseek_head(events)
+            else:
+                self._json_head(events)
+            if (self.pos, self.calls, self._open) == before:
+                break
+        return events
+
+    # --- JSON formats ----------------------------------------------------------------
+
+    def _json_head(self, events: list[Event]) -> None:
+        buf, pos = self.buf, self.pos
+        if self.calls == 0 and self.fmt == "mistral":
+            m = re.compile(r"\s*\[").match(buf, pos)
+            if m is None:
+                self._dead = bool(buf[pos:].strip())
+                return
+            pos = m.end()
+        elif self.calls > 0:
+            if self.fmt != "mistral" or not self.done[-1]:
+                return
+            m = _NEXT.match(buf, pos)
+            if m is None or m.end() == len(buf):
+                return  # more may come
+            if m.group(1) is None:  # "}" then the end of the list
+                return
+            pos = m.end()
+        m = _NAME.match(buf, pos)
+        if m is None:
+            # Not yet, or not this layout: give up once the text cannot become it.
+            if not _may_become_head(buf[pos:]):
+                self._dead = True
+            return
+        self.pos = m.end()
+        self._start_call(m.group(1), events)
+
+    def _start_call(self, raw_name: str, events: list[Event]) -> None:
+        try:
+            import json
+
+            name = json.loads(f'"{raw_name}"')
+        except ValueError:
+            self._dead = True
+            return
+        events.append((self.calls, name, ""))
+        self.calls += 1
+        self.args.append("")
+        self.done.append(False)
+        self._key = True
+        self._depth = 0
+
+    def _args_key(self) -> None:
+        m = _KEY.match(self.buf, self.pos)
+        if m is None:
+            if len(self.buf) - self.pos > 64:
+                self._dead = True  # another key first: the end sends the arguments
+            return
+        self.pos = m.end()
+        self._key = False
+        self._open = True
+
+    def _scan_args(self, events: list[Event]) -> None:
+        """Send the arguments value up to what arrived; close it at its last bracket."""
+        if self.fmt == "deepseek":
+            self._deepseek_args(events)
+            return
+        buf, pos, start = self.buf, self.pos, self.pos
+        if self._depth == 0:
+            while pos < len(buf) and buf[pos] in " \t\r\n":
+                pos += 1
+            self.pos = start = pos
+            if pos == len(buf):
+                return
+            if buf[pos] not in "{[":
+                self._dead = True  # a string or scalar: sent whole at the end
+                return
+        depth, in_str, esc = self._depth, self._in_str, self._esc
+        while pos < len(buf):
+            c = buf[pos]
+            pos += 1
+            if in_str:
+                if esc:
+                    esc = False
+                elif c == "\\":
+                    esc = True
+                elif c == '"':
+                    in_str = False
+            elif c == '"':
+                in_str = True
+            elif c in "{[":
+                depth += 1
+            elif c in "}]":
+                depth -= 1
+                if depth == 0:
+                    self._open = False
+                    self.done[-1] = True
+                    break
+        self._depth, self._in_str, self._esc, self.pos = depth, in_str, esc, pos
+        self._send(buf[start:pos], events)
+
+    def _send(self, piece: str, events: list[Event]) -> None:
+        if piece:
+            self.args[-1] += piece
+            events.append((self.calls - 1, None, piece))
+
+    # --- DeepSeek ----------------------------------------------------------------------
+
+    def _deepseek_head(self, events: list[Event]) -> None:
+        buf = self.buf
+        at = buf.find(_DS_CALL, self.pos)
+        if at < 0:
+            return
+        sep = buf.find(_DS_SEP, at)
+        if sep < 0:
+            return
+        line = buf.find("\n", sep)
+        if line < 0:
+            return
+        fence = _DS_FENCE.match(buf, line + 1)
+        if fence is None:
+            if len(buf) - line - 1 < 8 and "```json\n".startswith(buf[line + 1 :] or "`"):
+                return  # the fence may still be forming
+            self.pos = line + 1
+        else:
+            self.pos = fence.end()
+        events.append((self.calls, buf[sep + len(_DS_SEP) : line].strip(), ""))
+        self.calls += 1
+        self.args.append("")
+        self.done.append(False)
+        self._open = True
+
+    def _deepseek_args(self, events: list[Event]) -> None:
+        buf, pos = self.buf, self.pos
+        ends = [i for i in (buf.find(c, pos) for c in _DS_CLOSERS) if i >= 0]
+        if ends:
+            end = min(ends)
+            self._send(buf[pos:end], events)
+            self.pos = end
+            self._open = False
+            self.done[-1] = True
+            return
+        # Hold a suffix that may become a closer.
+        hold = max((k for c in _DS_CLOSERS for k in range(1, len(c)) if buf.endswith(c[:k])), default=0)
+        end = len(buf) - hold
+        if end > pos:
+            self._send(buf[pos:end], events)
+            self.pos = end
+
+
+def _may_become_head(text: str) -> bool:
+    """Whether the head may still be forming: a name-first head is short, so 256
+    characters without one mean another layout (sent whole at the end)."""
+    return len(text) < 256

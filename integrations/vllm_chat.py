@@ -1,0 +1,485 @@
+"""vLLM's chat API: reasoning, content and tool calls from the core's channels.
+
+``--reasoning-parser detok_qwen3 --tool-call-parser detok_qwen3 --enable-auto-tool-choice``
+(or ``detok_hermes``, ``detok_deepseek_r1``; tool calls only: ``detok_mistral``,
+``detok_llama3``) makes vLLM's chat layer split each request's output with one
+:class:`detok_plugin.DetokenizerState` with tags, fed the token ids vLLM passes:
+
+1. a tag spread over any number of tokens or steps never leaks into ``content`` and
+   switches channel in the step of its last token (one boundary for tags and stops);
+2. a tool call's name is sent as soon as it is known and its ``arguments`` as they form
+   (``_tool_stream.BodyReader``); a malformed body is reported as ``content`` (its raw
+   text, tags included), never dropped;
+3. stop strings are cut where the detokenizer cuts them: with the detokenizer plugin on,
+   only outside reasoning (vllm-project/vllm#53066, ``_reasoning_stream``); without it,
+   anywhere, as stock vLLM's detokenizer does.
+
+How it plugs in. vLLM 0.32/0.33 compose one unified ``vllm.parser.Parser`` per server from
+the two names (``ParserManager._compose_parser``), with no registry for unified parsers.
+:func:`register_chat_parsers` therefore (a) registers per preset a reasoning parser and a
+tool parser under ``detok_<preset>`` in vLLM's own managers, so the names pass vLLM's
+argument checks and the engine core's structured-output gate finds a real reasoning
+parser (vLLM's ``BaseThinkingReasoningParser`` over the preset's tags), and (b) wraps
+``_compose_parser`` so that names beginning with ``detok`` give :class:`DetokChatParser`;
+every other name goes to vLLM's own composition, unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from detok_plugin import DetokenizerState, TagSet, TokenIdError
+from detok_plugin.integrations._reasoning_stream import REASONING_TAGS_KEY
+from detok_plugin.integrations._tool_stream import BodyReader
+
+try:
+    from vllm.entrypoints.generate.base.protocol import (
+        DeltaFunctionCall,
+        DeltaMessage,
+        DeltaToolCall,
+        FunctionCall,
+    )
+    from vllm.parser.abstract_parser import Parser
+    from vllm.parser.parser_manager import ParserManager
+    from vllm.reasoning.abs_reasoning_parsers import ReasoningParserManager
+    from vllm.reasoning.basic_parsers import BaseThinkingReasoningParser
+    from vllm.renderers.chat_utils import make_tool_call_id
+    from vllm.tool_parsers.abstract_tool_parser import ToolParser, ToolParserManager
+except ImportError as exc:  # pragma: no cover - the message is the point
+    raise ImportError(f"detok_plugin.integrations.vllm_chat needs vLLM 0.32 or 0.33: pip install detok-plugin[vllm] ({exc})") from exc
+
+__all__ = ["PREFIX", "DetokChatParser", "chat_problems", "parser_class", "register_chat_parsers"]
+
+logger = logging.getLogger("vllm.detok_plugin")
+
+#: Every parser name this module registers begins with it.
+PREFIX = "detok_"
+
+
+# --- the unified parser -------------------------------------------------------------
+
+
+class DetokChatParser(Parser):
+    """One request's reasoning, content and tool-call deltas from the core's channels.
+
+    ``tags`` (a class attribute, set by :func:`parser_class`) are the markers; which of
+    them are live in a request depends on the server (a reasoning parser named, auto tool
+    choice on) and the request (``tools``, ``tool_choice``): tool tags the request does
+    not use are content, as vLLM's own parsers leave them.
+    """
+
+    tags: TagSet = TagSet()
+    always_adjust_request = True
+
+    def __init__(self, tokenizer: Any, tools: Any = None, *args: Any, model_config: Any = None, **kwargs: Any) -> None:
+        super().__init__(tokenizer, tools, *args, model_config=model_config, **kwargs)
+        self._prompt: list[int] | None = None
+        self._chat: _Channels | None = None
+
+    def is_reasoning_end(self, input_ids: list[int]) -> bool:
+        rp = self._reasoning_parser
+        return True if rp is None else rp.is_reasoning_end(input_ids)
+
+    def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
+        rp = self._reasoning_parser
+        return 0 if rp is None else rp.count_reasoning_tokens(token_ids)
+
+    def set_prompt_token_ids(self, prompt_token_ids: Sequence[int]) -> None:
+        self._prompt = list(prompt_token_ids)
+
+    def adjust_request(self, request: Any) -> Any:
+        """vLLM's own adjustments, then the reasoning tags for the detokenizer: with them
+        it cuts stop strings outside reasoning only (``_reasoning_stream``)."""
+        if self._reasoning_parser is not None:
+            request = self._reasoning_parser.adjust_request(request)
+        if self._tool_parser is not None:
+            request = self._tool_parser.adjust_request(request)
+        tags = self.tags
+        if self._reasoning_parser is not None and tags.reasoning_open and tags.reasoning_close:
+            request.vllm_xargs = {**(request.vllm_xargs or {}), REASONING_TAGS_KEY: [tags.reasoning_open, tags.reasoning_close]}
+        return request
+
+    def parse_delta(
+        self,
+        delta_text: str,
+        delta_token_ids: list[int],
+        request: Any,
+        prompt_token_ids: list[int] | None = None,
+        *,
+        finished: bool,
+    ) -> DeltaMessage | None:
+        """One step: the ids vLLM passes go through the core; ``delta_text`` is not read
+        (it is the same ids' text, cut the same way)."""
+        if self._chat is None:
+            prompt = prompt_token_ids if prompt_token_ids is not None else self._prompt
+            self._chat = _Channels(self, request, prompt or ())
+        return self._chat.step(delta_token_ids, finished).message(request)
+
+    def parse(
+        self,
+        model_output: str,
+        request: Any,
+        enable_auto_tools: bool = False,
+        model_output_token_ids: Sequence[int] = (),
+    ) -> tuple[str | None, str | None, list[FunctionCall] | None]:
+        """A whole output (non-streaming): the same channels, from the ids."""
+        if not model_output_token_ids:
+            return None, model_output or None, None
+        chat = _Channels(self, request, self._prompt or (), streaming=False)
+        out = chat.step(list(model_output_token_ids), True)
+        reasoning = "".join(out.reasoning) or None
+        content = "".join(out.content) or None
+        calls = [FunctionCall(name=name, arguments=args) for name, args in chat.complete]
+        return reasoning, content, calls or None
+
+
+class _Parts:
+    """One delta's pieces; tool-call pieces of one call merge into one DeltaToolCall."""
+
+    __slots__ = ("reasoning", "content", "tools")
+
+    def __init__(self) -> None:
+        self.reasoning: list[str] = []
+        self.content: list[str] = []
+        self.tools: dict[int, DeltaToolCall] = {}
+
+    def tool(self, index: int, *, id: str | None = None, name: str | None = None, args: str = "") -> None:
+        call = self.tools.get(index)
+        if call is None:
+            fn = DeltaFunctionCall(name=name, arguments=args) if name is not None else DeltaFunctionCall(arguments=args)
+            self.tools[index] = DeltaToolCall(index=index, id=id, type="function" if id else None, function=fn)
+            return
+        assert call.function is not None
+        call.function.arguments = (call.function.arguments or "") + args
+
+    def message(self, request: Any) -> DeltaMessage | None:
+        fields: dict[str, Any] = {}
+        if self.reasoning and getattr(request, "include_reasoning", True):
+            fields["reasoning"] = "".join(self.reasoning)
+        if self.content:
+            fields["content"] = "".join(self.content)
+        if self.tools:
+            fields["tool_calls"] = list(self.tools.values())
+        return DeltaMessage(**fields) if fields else None
+
+
+class _Channels:
+    """The core's stream for one request, and the tool calls read from its tool channel."""
+
+    def __init__(self, parser: DetokChatParser, request: Any, prompt: Sequence[int], *, streaming: bool = True) -> None:
+        tags = _live_tags(parser, request)
+        self.tags = tags
+        self.parser = parser
+        self.streaming = streaming
+        self.state = DetokenizerState.from_tokenizer(
+            parser.model_tokenizer,
+            prompt_ids=prompt,
+            skip_special_tokens=getattr(request, "skip_special_tokens", True),
+            spaces_between_special_tokens=getattr(request, "spaces_between_special_tokens", True),
+            stop=_stops(request),
+            stop_token_ids=(),
+            eos_token_ids=(),
+            include_stop_str_in_output=bool(getattr(request, "include_stop_str_in_output", False)),
+            min_tokens=getattr(request, "min_tokens", 0) or 0,
+            tags=tags,
+            reasoning="separate",
+            stop_in_reasoning=not _detokenizer_is_ours(),
+            keep_log=False,
+        )
+        self.stop_ids = _stop_ids(parser.model_tokenizer, request)
+        self.include_stop = bool(getattr(request, "include_stop_str_in_output", False))
+        self.sent = 0  # tool calls whose header went out
+        self.base = 0  # OpenAI index of the current body's first call
+        self.body: list[str] = []
+        self.reader: BodyReader | None = None
+        self.body_index = -1  # the core's index of the current body's first call
+        self.body_open = False
+        self.complete: list[tuple[str, str]] = []
+
+    def step(self, ids: Sequence[int], finished: bool) -> _Parts:
+        parts = _Parts()
+        if finished and ids and ids[-1] in self.stop_ids and not self.include_stop:
+            ids = ids[:-1]  # the stop token or EOS that ended it: no text, as the detokenizer
+        if ids and not self.state.finished:
+            self._take(self._push(ids), parts, at_end=False)
+        if finished and not self.state.finished:
+            self._take(self.state.finish(), parts, at_end=True)
+        return parts
+
+    def _push(self, ids: Sequence[int]) -> Any:
+        try:
+            return self.state.push(list(ids))
+        except TokenIdError:
+            pass
+        # An id the tokenizer does not know (a padded vocabulary): skipped, as the decode does.
+        text, reasoning, calls = [], [], []
+        for tid in ids:
+            if self.state.finished:
+                break
+            try:
+                d = self.state.push(tid)
+            except TokenIdError as exc:
+                logger.warning("detok-plugin: %s; the chat parser skips it", exc)
+                continue
+            text.append(d.text)
+            reasoning.append(d.reasoning)
+            calls.extend(d.tool_calls)
+        return _Merged("".join(text), "".join(reasoning), tuple(calls))
+
+    def _take(self, delta: Any, parts: _Parts, *, at_end: bool) -> None:
+        if delta.reasoning:
+            parts.reasoning.append(delta.reasoning)
+        if delta.text:
+            parts.content.append(delta.text)
+        closed = False
+        for call in delta.tool_calls:
+            if call.complete:
+                self._complete(call, parts, at_end)
+                closed = True
+            elif call.text:
+                if closed:  # a body closed in this delta, and the next one began
+                    self.body_open = closed = False
+                self._body_text(call.index, call.text, parts)
+        if closed:
+            self.body_open = False
+
+    def _body_text(self, index: int, text: str, parts: _Parts) -> None:
+        if not self.body_open:
+            self._open_body(index)
+        self.body.append(text)
+        assert self.reader is not None
+        if not self.streaming:
+            return
+        for k, name, args in self.reader.feed(text):
+            if name is not None:
+                parts.tool(self.base + k, id=self._new_id(name), name=name)
+                self.sent += 1
+            if args:
+                parts.tool(self.base + k, args=args)
+
+    def _open_body(self, index: int) -> None:
+        self.body_index = index
+        self.body_open = True
+        self.base = self.sent
+        self.body = []
+        self.reader = BodyReader(self.tags.tool_format)  # type: ignore[arg-type]
+
+    def _complete(self, call: Any, parts: _Parts, at_end: bool) -> None:
+        if not self.body_open:
+            self._open_body(call.index)  # a body with no text, closed at once
+        reader = self.reader
+        assert reader is not None
+        if call.error is not None:
+            tags = self.tags
+            closed = "" if at_end and tags.tool_close is not None else (tags.tool_close or "")
+            raw = (tags.tool_open or "") + "".join(self.body) + closed
+            logger.warning("detok-plugin: %s; sent as content", call.error)
+            parts.content.append(raw)
+            return
+        self.complete.append((call.name, call.arguments))
+        k = call.index - self.body_index  # which call of this body
+        if not self.streaming:
+            return
+        if k >= reader.calls:  # its name never went out: all of it now
+            parts.tool(self.base + k, id=self._new_id(call.name), name=call.name, args=call.arguments)
+            self.sent = max(self.sent, self.base + k + 1)
+        elif not reader.done[k]:
+            sent = reader.args[k]
+            if call.arguments.startswith(sent):
+                parts.tool(self.base + k, args=call.arguments[len(sent) :])
+            else:  # a string value streamed raw: cannot happen by BodyReader's rule 1
+                logger.warning("detok-plugin: tool call %d's arguments streamed as %r, parsed as %r", k, sent, call.arguments)
+
+    def _new_id(self, name: str) -> str:
+        state = self.parser._stream_state  # noqa: SLF001 (the Parser base's own state)
+        tool_id = make_tool_call_id(id_type=state.tool_call_id_type, func_name=name, idx=state.history_tool_call_cnt)
+        state.history_tool_call_cnt += 1
+        return tool_id  # type: ignore[no-any-return]
+
+
+class _Merged:
+    """A Delta's three channels, for ids pushed one by one."""
+
+    __slots__ = ("text", "reasoning", "tool_calls")
+
+    def __init__(self, text: str, reasoning: str, tool_calls: tuple[Any, ...]) -> None:
+        self.text, self.reasoning, self.tool_calls = text, reasoning, tool_calls
+
+
+def _live_tags(parser: DetokChatParser, request: Any) -> TagSet | None:
+    """The tags live in this request: reasoning tags with a reasoning parser, tool tags
+    with a tool parser and a request whose tools are not switched off."""
+    tags = parser.tags
+    reasoning = parser.reasoning_parser is not None and tags.reasoning_open is not None
+    tools = (
+        parser.tool_parser is not None
+        and tags.tool_open is not None
+        and bool(getattr(request, "tools", None))
+        and getattr(request, "tool_choice", None) != "none"
+    )
+    if not reasoning and not tools:
+        return None
+    return TagSet(
+        tags.name,
+        tags.reasoning_open if reasoning else None,
+        tags.reasoning_close if reasoning else None,
+        tags.tool_open if tools else None,
+        tags.tool_close if tools else None,
+        tags.tool_format,
+    )
+
+
+def _stops(request: Any) -> tuple[str, ...]:
+    stop = getattr(request, "stop", None)
+    return (stop,) if isinstance(stop, str) else tuple(stop or ())
+
+
+def _stop_ids(tokenizer: Any, request: Any) -> frozenset[int]:
+    ids = set(getattr(request, "stop_token_ids", None) or ())
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    return frozenset(ids)
+
+
+def _detokenizer_is_ours() -> bool:
+    """Whether this process's vLLM detokenizer is the plugin's (which reads the tags)."""
+    from detok_plugin.integrations.vllm import is_registered
+
+    return is_registered()
+
+
+# --- parser classes per preset, and registration ----------------------------------------
+
+
+@functools.cache
+def _reasoning_class(open_tag: str, close_tag: str) -> type[BaseThinkingReasoningParser]:
+    """vLLM's own thinking-token reasoning parser over these tags: what vLLM's engine core
+    asks (``is_reasoning_end``) to gate structured outputs."""
+    return type(
+        "DetokReasoningParser",
+        (BaseThinkingReasoningParser,),
+        {"start_token": open_tag, "end_token": close_tag, "__module__": __name__},
+    )
+
+
+class DetokToolParser(ToolParser):
+    """The tool-parser half of a detok name. It does no parsing itself (the unified
+    :class:`DetokChatParser` does); ``supports_required_and_named = False`` keeps vLLM from
+    forcing its JSON tool format for ``tool_choice="required"`` or a named tool: the model
+    writes its own format and the tags find it."""
+
+    supports_required_and_named = False
+
+
+@functools.cache
+def parser_class(tags: TagSet, reasoning: bool, tools: bool) -> type[DetokChatParser]:
+    """The unified parser for ``tags``, with a reasoning half and/or a tool half."""
+    return type(
+        f"DetokChatParser_{tags.name}",
+        (DetokChatParser,),
+        {
+            "tags": tags,
+            "reasoning_parser_cls": _reasoning_class(tags.reasoning_open, tags.reasoning_close)
+            if reasoning and tags.reasoning_open and tags.reasoning_close
+            else None,
+            "tool_parser_cls": DetokToolParser if tools else None,
+            "__module__": __name__,
+        },
+    )
+
+
+def _preset(name: str | None) -> TagSet | None:
+    if not name or not name.startswith(PREFIX):
+        return None
+    return TagSet.preset(name[len(PREFIX) :])
+
+
+def _compose(cls: Any, bound: inspect.BoundArguments) -> Any:
+    """ParserManager._compose_parser for detok names; None if neither name is ours."""
+    args = bound.arguments
+    r_name, t_name = args.get("reasoning_parser_name"), args.get("tool_parser_name")
+    r_tags, t_tags = _preset(r_name), _preset(t_name)
+    if r_tags is None and t_tags is None:
+        return None
+    if (r_name and r_tags is None) or (t_name and t_tags is None):
+        raise TypeError(
+            f"--reasoning-parser {r_name} and --tool-call-parser {t_name}: a detok parser pairs only "
+            f"with another detok parser (e.g. --reasoning-parser detok_qwen3 --tool-call-parser detok_qwen3)"
+        )
+    tools = bool(args.get("enable_auto_tools")) and t_tags is not None
+    reasoning = r_tags is not None
+    if not tools and not reasoning:
+        return None
+    r, t = r_tags or t_tags, t_tags or r_tags
+    assert r is not None and t is not None
+    tags = TagSet(
+        r.name if r == t else f"{r.name}+{t.name}",
+        r.reasoning_open, r.reasoning_close, t.tool_open, t.tool_close, t.tool_format,
+    )
+    return parser_class(tags, reasoning, tools)
+
+
+class _ComposeHook:
+    """vLLM's ``ParserManager._compose_parser`` while ours wraps it (one per process)."""
+
+    lock = threading.Lock()
+    stock: Any = None
+
+
+def _wrapped_compose(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    stock = _ComposeHook.stock.__func__
+    bound = inspect.signature(stock).bind(cls, *args, **kwargs)
+    ours = _compose(cls, bound)
+    return ours if ours is not None else stock(cls, *args, **kwargs)
+
+
+def chat_problems() -> list[str]:
+    """How the installed vLLM differs from what the chat parsers need; [] if nothing."""
+    problems = []
+    compose = ParserManager.__dict__.get("_compose_parser")
+    if not isinstance(compose, classmethod):
+        problems.append("vllm.parser.ParserManager._compose_parser is not a classmethod")
+    elif compose.__func__ is not _wrapped_compose:
+        params = list(inspect.signature(compose.__func__).parameters)
+        for name in ("tool_parser_name", "reasoning_parser_name", "enable_auto_tools"):
+            if name not in params:
+                problems.append(f"ParserManager._compose_parser takes no {name}")
+    wanted = ("parse_delta", "parse", "is_reasoning_end", "adjust_request", "set_prompt_token_ids")
+    problems += [f"vllm.parser.Parser has no {m}" for m in wanted if not hasattr(Parser, m)]
+    return problems
+
+
+def register_chat_parsers() -> bool:
+    """Register ``detok_<preset>`` parsers and wrap ``_compose_parser``; safe to repeat.
+    Returns False (and logs why) when the installed vLLM does not fit."""
+    problems = chat_problems()
+    if problems:
+        logger.error("detok-plugin: chat parsers NOT registered: %s", "; ".join(problems))
+        return False
+    for name in TagSet.presets():
+        tags = TagSet.preset(name)
+        if tags.tool_open:
+            ToolParserManager.register_module(PREFIX + name, force=True, module=DetokToolParser)
+        if tags.reasoning_open and tags.reasoning_close:
+            cls = _reasoning_class(tags.reasoning_open, tags.reasoning_close)
+            ReasoningParserManager.register_module(PREFIX + name, force=True, module=cls)
+    with _ComposeHook.lock:
+        current = ParserManager.__dict__["_compose_parser"]
+        if current.__func__ is not _wrapped_compose:
+            _ComposeHook.stock = current
+            ParserManager._compose_parser = classmethod(_wrapped_compose)
+    return True
+
+
+def unregister_chat_parsers() -> None:
+    """Put vLLM's ``_compose_parser`` back (the registered names stay, inert)."""
+    with _ComposeHook.lock:
+        if _ComposeHook.stock is not None:
+            ParserManager._compose_parser = _ComposeHook.stock
+            _ComposeHook.stock = None
