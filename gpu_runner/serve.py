@@ -46,7 +46,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only where the extra is missing
     raise ImportError("detok-plugin serve needs starlette and uvicorn: pip install 'detok-plugin[serve]'") from exc
 
-from .openai_api import Envelope, GenerationRequest, RequestError, ServeDefaults, parse_request, sse, usage
+from .openai_api import Envelope, RequestError, ServeDefaults, parse_request, sse, usage
 from .prompts import DEFAULT_CHAT_PROMPT
 from .scheduler import ChoiceEvent, EndEvent, Job, NaiveMode, QueueFullError, Scheduler, byte_mode_available
 

@@ -13,7 +13,8 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 KEY="$(sha1sum scripts/setup.sh | cut -c1-12)"
 stamp() { echo "$VENV/.detok-setup-$1-$KEY"; }
 if [ -f "$(stamp "$STAGE")" ]; then
-    "${PIP[@]}" install -q --no-deps -e . >/dev/null
+    # (PYTHONWARNINGS: setuptools warns about editable installs on every run otherwise)
+    PYTHONWARNINGS=ignore "${PIP[@]}" install -q --no-deps -e . >/dev/null
     exit 0
 fi
 # pip's own noise, not ours: find-links locations this machine kind lacks, the resolver's

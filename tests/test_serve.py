@@ -19,13 +19,13 @@ pytest.importorskip("torch")
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from serve_client import content, finish, get, post, token_ids  # noqa: E402
-
-from detok_plugin import build_table  # noqa: E402
 from detok_plugin.gpu_runner import GenerationSettings, Runner  # noqa: E402
 from detok_plugin.gpu_runner.prompts import DEFAULT_CHAT_PROMPT  # noqa: E402
 from detok_plugin.gpu_runner.serve import defaults_for, running  # noqa: E402
 from detok_plugin.gpu_runner.verify import expected_text, naive_text  # noqa: E402
+from serve_client import content, finish, get, post, token_ids  # noqa: E402
+
+from detok_plugin import build_table  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
