@@ -1,26 +1,28 @@
-"""Only what pyproject.toml cannot say: ship the DETOK_PLUGIN start-up hook (a .pth file)."""
+"""Only what pyproject.toml cannot say: ship the DETOK_PLUGIN start-up hooks (.pth files)."""
 
 from pathlib import Path
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-HOOK = "detok_plugin_transformers.pth"
+HOOKS = ("detok_plugin_transformers.pth", "detok_plugin_tgi.pth")
 
 
 class build_py_with_hook(build_py):
-    """Copy the one-line .pth hook to the wheel's root, where site-packages will read it."""
+    """Copy the one-line .pth hooks to the wheel's root, where site-packages will read them."""
 
     def run(self):
         super().run()
-        self.copy_file(str(Path("integrations") / HOOK), str(Path(self.build_lib) / HOOK))
+        for hook in HOOKS:
+            self.copy_file(str(Path("integrations") / hook), str(Path(self.build_lib) / hook))
 
     def get_outputs(self, include_bytecode=True):
-        return super().get_outputs(include_bytecode) + [str(Path(self.build_lib) / HOOK)]
+        return super().get_outputs(include_bytecode) + [str(Path(self.build_lib) / hook) for hook in HOOKS]
 
     def get_output_mapping(self):
         mapping = super().get_output_mapping()
-        mapping[str(Path(self.build_lib) / HOOK)] = str(Path("integrations") / HOOK)
+        for hook in HOOKS:
+            mapping[str(Path(self.build_lib) / hook)] = str(Path("integrations") / hook)
         return mapping
 
 

@@ -1,0 +1,288 @@
+"""One TGI request's text, as the core renders it: the part of the TGI shim that needs no TGI.
+
+TGI's server asks two things of a request's text each step: the text of each new id (for
+the stream) and, when the request ends, its whole text (``GeneratedText.text``); and it
+asks its ``StoppingCriteria`` whether an id ends the request, and why (a ``FinishReason``).
+:class:`RequestText` answers all three from one :class:`detok_plugin.ServingStream`:
+
+1. ``push(id)`` takes one generated id and returns ``None`` while the request goes on, or
+   TGI's finish code when it ends: a stop string completed (``FINISH_STOP_SEQUENCE``, also
+   for a stop equal to a special token's text, matched on that token's id), an EOS id
+   (``FINISH_EOS_TOKEN``, unless the request ignores EOS), or the ``max_new_tokens``-th id
+   (``FINISH_LENGTH``; a stop or EOS on that same id wins, as the text shows).
+2. ``take_step()`` returns the texts of the ids pushed since the last call, one per id; the
+   last id of a request carries what ending released (a held partial stop that did not
+   complete, bytes of an unfinished character rendered as the decode renders them).
+3. ``text`` is the joined texts: exactly ``decode(prompt + out)[len(decode(prompt)):]``
+   with ``skip_special_tokens=True``, cut before the stop string (or, with
+   ``keep_stop=True``, after it; never what follows it).
+
+Nothing here raises on an id the tokenizer does not know: it is logged and renders as the
+tokenizer's decode renders it (TGI's loop must not raise: a RuntimeError kills the shard).
+
+>>> from detok_plugin import TokenTable
+>>> table = TokenTable("byte_level", (b"\\xf0\\x9f", b"\\xab", b"\\xa8", b"Hi", b" ###"), frozenset())
+>>> r = RequestText.build(table, (), stop_sequences=["###"], eos_token_ids=(), max_new_tokens=20)
+>>> [r.push(i) for i in (3, 0, 1, 2, 4)] == [None, None, None, None, FINISH_STOP_SEQUENCE]
+True
+>>> r.take_step(), r.text
+(['Hi', '', '', '🫨', ' '], 'Hi🫨 ')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from detok_plugin import DetokenizerState, ServingStream, TagSet, TokenIdError
+
+__all__ = [
+    "FINISH_EOS_TOKEN",
+    "FINISH_LENGTH",
+    "FINISH_STOP_SEQUENCE",
+    "RequestText",
+    "Settings",
+    "log",
+    "special_stop_ids",
+]
+
+logger = logging.getLogger("detok_plugin.integrations.tgi")
+
+#: TGI's ``FinishReason`` values (``proto/v3/generate.proto``); ``contract_problems`` checks them.
+FINISH_LENGTH = 0
+FINISH_EOS_TOKEN = 1
+FINISH_STOP_SEQUENCE = 2
+
+_ON = frozenset({"1", "true", "yes", "on"})
+_OFF = frozenset({"", "0", "false", "no", "off"})
+_STOP_MODES = {"exclude": False, "keep": True}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settings:
+    """The TGI shim's settings, read from the environment in one place (:meth:`from_env`).
+
+    ``enabled``: ``DETOK_PLUGIN=1`` (``true``/``yes``/``on``). ``keep_stop``:
+    ``DETOK_TGI_STOP=keep`` keeps a matched stop string at the end of the text (default
+    ``exclude``: cut before it, as OpenAI and vLLM do). ``strip_reasoning``:
+    ``DETOK_TGI_STRIP_REASONING=<TagSet preset>`` (``qwen3``, ``deepseek_r1``, ...) drops
+    reasoning blocks from the text; unset, nothing is dropped. ``problems`` lists values
+    that were not understood (each then keeps its default).
+
+    >>> Settings.from_env({"DETOK_PLUGIN": "1", "DETOK_TGI_STOP": "keep"})
+    Settings(enabled=True, keep_stop=True, strip_reasoning=None, problems=())
+    """
+
+    enabled: bool = False
+    keep_stop: bool = False
+    strip_reasoning: str | None = None
+    problems: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read ``DETOK_PLUGIN``, ``DETOK_TGI_STOP`` and ``DETOK_TGI_STRIP_REASONING``."""
+        env = os.environ if environ is None else environ
+        problems = []
+        flag = env.get("DETOK_PLUGIN", "").strip().lower()
+        if flag not in _ON and flag not in _OFF:
+            problems.append(f"DETOK_PLUGIN={flag!r} is not one of 1/0/true/false/yes/no/on/off; ignored")
+        stop = env.get("DETOK_TGI_STOP", "exclude").strip().lower() or "exclude"
+        if stop not in _STOP_MODES:
+            problems.append(f"DETOK_TGI_STOP={stop!r} is not 'exclude' or 'keep'; stops are excluded")
+        reasoning = env.get("DETOK_TGI_STRIP_REASONING", "").strip() or None
+        if reasoning is not None and reasoning not in TagSet.presets():
+            problems.append(
+                f"DETOK_TGI_STRIP_REASONING={reasoning!r} is not a preset ({', '.join(TagSet.presets())}); reasoning is kept"
+            )
+            reasoning = None
+        return cls(flag in _ON, _STOP_MODES.get(stop, False), reasoning, tuple(problems))
+
+
+class RequestText:
+    """One request's text and stop decision over a :class:`ServingStream` (see the module).
+
+    ``request_id`` names the request in log lines only.
+    """
+
+    __slots__ = ("_stream", "_parts", "_sent", "_max", "_n", "request_id")
+
+    @classmethod
+    def build(
+        cls,
+        tokenizer: Any,
+        prompt_ids: Sequence[int],
+        *,
+        stop_sequences: Iterable[str],
+        eos_token_ids: Iterable[int],
+        max_new_tokens: int,
+        settings: Settings = Settings(),
+        request_id: str | None = None,
+    ) -> RequestText:
+        """Start a request's text: TGI's stopping parameters, the EOS ids its criteria use
+        (empty when the request ignores EOS) and the prompt's ids."""
+        stops = tuple(s for s in stop_sequences if s)
+        stop_ids = special_stop_ids(tokenizer, stops)
+        self = cls.__new__(cls)
+        self.request_id = request_id
+        if settings.strip_reasoning is None:
+            self._stream: Any = ServingStream.from_tokenizer(
+                tokenizer,
+                prompt_ids=prompt_ids,
+                skip_special_tokens=True,
+                stop=stops,
+                stop_token_ids=stop_ids,
+                eos_token_ids=tuple(eos_token_ids),
+                include_stop_str_in_output=settings.keep_stop,
+                request_id=request_id,
+                on_unknown_id=_log_unknown_id,
+            )
+        else:
+            self._stream = _StrippedStream(
+                DetokenizerState.from_tokenizer(
+                    tokenizer,
+                    prompt_ids=prompt_ids,
+                    skip_special_tokens=True,
+                    stop=stops,
+                    stop_token_ids=stop_ids,
+                    eos_token_ids=tuple(eos_token_ids),
+                    include_stop_str_in_output=settings.keep_stop,
+                    tags=settings.strip_reasoning,
+                    reasoning="strip",
+                    request_id=request_id,
+                    keep_log=False,
+                )
+            )
+        self._parts: list[str] = []
+        self._sent = 0
+        self._max = max_new_tokens
+        self._n = 0
+        return self
+
+    def push(self, token_id: int) -> int | None:
+        """Take one id; ``None`` while the request goes on, else TGI's finish code."""
+        self._n += 1
+        stream = self._stream
+        text = stream.push_text(token_id)
+        reason = stream.finish_reason
+        if reason is None and self._n < self._max:
+            self._parts.append(text)
+            return None
+        # The request ends on this id: release what the stream holds (after a stop, which
+        # already cut what followed it, finish() adds nothing).
+        if reason is None:
+            code = FINISH_LENGTH
+        elif stream.stop_reason is not None:
+            code = FINISH_STOP_SEQUENCE
+        else:
+            code = FINISH_LENGTH if reason == "length" else FINISH_EOS_TOKEN
+        text += stream.finish().text
+        self._parts.append(text)
+        return code
+
+    def take_step(self) -> list[str]:
+        """The texts of the ids pushed since the last call, one per id."""
+        parts, start = self._parts, self._sent
+        self._sent = len(parts)
+        return parts[start:]
+
+    @property
+    def text(self) -> str:
+        """All the request's text so far (its ``generated_text`` once it has ended)."""
+        return "".join(self._parts)
+
+    @property
+    def generated_tokens(self) -> int:
+        """How many ids were pushed (TGI's ``current_tokens``)."""
+        return self._n
+
+    @property
+    def path(self) -> str:
+        """The core's decoder path: ``byte_level``, ``sentencepiece`` or ``generic``."""
+        return self._stream.path  # type: ignore[no-any-return]
+
+
+class _StrippedStream:
+    """A :class:`DetokenizerState` with reasoning tags, behind :class:`ServingStream`'s
+    verbs: ``push_text`` returns the content only (the reasoning block is dropped)."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: DetokenizerState) -> None:
+        self._state = state
+
+    def push_text(self, token_id: int) -> str:
+        try:
+            return self._state.push(token_id).text
+        except TokenIdError as exc:
+            if self._state.finished:
+                raise
+            _log_unknown_id(exc)
+            return ""
+
+    def finish(self) -> Any:
+        return self._state.finish()
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self._state.finish_reason
+
+    @property
+    def stop_reason(self) -> str | int | None:
+        return self._state.stop_reason
+
+    @property
+    def finished(self) -> bool:
+        return self._state.finished
+
+    @property
+    def path(self) -> str:
+        return self._state.path
+
+
+def special_stop_ids(tokenizer: Any, stops: Sequence[str]) -> tuple[int, ...]:
+    """The ids of special tokens whose text is one of ``stops``.
+
+    A special token's text never reaches the text (``skip_special_tokens=True``), so a stop
+    string such as ``"<|im_end|>"`` could never match as a string: it matches on the id.
+
+    >>> special_stop_ids(object(), ["<|im_end|>"])
+    ()
+    """
+    to_id = getattr(tokenizer, "convert_tokens_to_ids", None)
+    to_token = getattr(tokenizer, "convert_ids_to_tokens", None)
+    special = getattr(tokenizer, "all_special_ids", None)
+    if to_id is None or to_token is None or not special:
+        return ()
+    ids = []
+    for stop in stops:
+        tid = to_id(stop)
+        if isinstance(tid, int) and tid in special and to_token(tid) == stop:
+            ids.append(tid)
+    return tuple(ids)
+
+
+def log(level: str, message: str) -> None:
+    """Say one line where TGI's launcher shows it.
+
+    The launcher shows only what the shard writes to stdout as loguru JSON
+    (``text-generation-server serve --json-output``), and the shard's one loguru handler
+    passes only records named inside ``text_generation_server``. So the line goes through
+    loguru under that name. Without loguru (no TGI), through Python's logging.
+    """
+    try:
+        from loguru import logger as loguru_logger
+    except ImportError:
+        logger.log(logging.getLevelName(level), "%s", message)
+        return
+    loguru_logger.patch(_in_tgi).log(level, message)
+
+
+def _in_tgi(record: Any) -> None:
+    record["name"] = "text_generation_server.detok_plugin"
+
+
+def _log_unknown_id(exc: TokenIdError) -> None:
+    log("WARNING", f"detok-plugin: {exc}; it renders as the tokenizer renders it")

@@ -1,0 +1,183 @@
+"""The TGI shim inside TGI's step: the criteria subclass and the ``generate_token`` wrapper.
+
+Nothing here imports TGI: :func:`criteria_class` takes TGI's ``StoppingCriteria`` as the
+base, and :func:`wrap_generate_token` takes a stock ``generate_token``. ``tgi.install()``
+puts them in place. What one step does, for the requests whose criteria are ours:
+
+1. :func:`prepare` (before the stock step): a request seen for the first time gets its
+   :class:`RequestText`, built from the prompt ids its batch holds; on failure it stays
+   stock (logged once). It returns ``{request id: criteria}`` for the step.
+2. The stock step calls the criteria once per id (several with speculation, stopping at
+   the first that ends the request): ``__call__`` counts ``current_tokens`` as stock does
+   and asks the request's text whether the id ends the request, and why.
+3. :func:`rewrite` (after it): each ``Generation`` of ours gets the texts of its ids,
+   ``is_special`` only where a special id's text is ``""`` (the chat stream drops a special
+   token's text), and, when the request ended, ``generated_text.text`` = the joined texts.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from ._tgi_request import RequestText, Settings, log
+
+__all__ = ["criteria_class", "prepare", "prompt_of", "rewrite", "wrap_generate_token"]
+
+#: Marks a wrapped ``generate_token`` and keeps the stock one.
+STOCK_ATTR = "__detok_stock__"
+
+
+class _Ours:
+    """What the criteria subclass adds to TGI's ``StoppingCriteria`` (see :func:`criteria_class`).
+
+    ``detok`` is the request's :class:`RequestText`: ``None`` until the first step builds it
+    and when the request is stock. ``detok_pending`` is True until that first step tried.
+    """
+
+    # Set by criteria_class on the subclass.
+    _stock_call: Callable[..., Any]
+    settings: Settings
+
+    def __call__(self, last_token: Any, last_output: str) -> tuple[bool, int | None]:
+        detok = self.detok
+        if detok is None:
+            return self._stock_call(last_token, last_output)  # a stock request
+        self.current_tokens += 1
+        try:
+            code = detok.push(last_token if last_token.__class__ is int else int(last_token))
+        except Exception as exc:  # never raise in TGI's loop: this request goes on stock
+            log("ERROR", f"detok-plugin: request {detok.request_id}: {exc!r}; it goes on with TGI's stock text")
+            self.detok = None
+            self.current_tokens -= 1
+            return self._stock_call(last_token, last_output)
+        return (False, None) if code is None else (True, code)
+
+    def detok_build(self, prompt_ids: list[int], request_id: Any) -> None:
+        """Build this request's text (step 1); a failure leaves it stock, logged."""
+        self.detok_pending = False
+        eos = () if self.ignore_eos_token else tuple(self.eos_token_ids)
+        try:
+            self.detok = RequestText.build(
+                self.detok_tokenizer,
+                prompt_ids,
+                stop_sequences=self.detok_stops,
+                eos_token_ids=eos,
+                max_new_tokens=self.max_new_tokens,
+                settings=self.settings,
+                request_id=str(request_id),
+            )
+        except Exception as exc:
+            log("WARNING", f"detok-plugin: request {request_id} stays stock: {exc!r}")
+        self.detok_tokenizer = None  # the state holds what it needs
+
+
+def criteria_class(base: type, settings: Settings) -> type:
+    """TGI's ``StoppingCriteria`` with the core behind ``__call__`` (an instance of ``base``).
+
+    Built from a stock instance by :meth:`from_stock`, so TGI's own ``from_pb`` keeps
+    deciding the counters and EOS ids; the subclass adds the request's text.
+    """
+
+    def from_stock(cls: type, stock: Any, stops: tuple[str, ...], tokenizer: Any) -> Any:
+        self = cls.__new__(cls)
+        self.__dict__.update(stock.__dict__)
+        self.detok = None
+        self.detok_pending = True
+        self.detok_stops = stops
+        self.detok_tokenizer = tokenizer
+        return self
+
+    return type(
+        "DetokStoppingCriteria",
+        (_Ours, base),
+        {
+            "__module__": "detok_plugin.integrations.tgi",
+            "__doc__": f"TGI's StoppingCriteria with detok-plugin's text. {_Ours.__doc__}",
+            "_stock_call": base.__call__,
+            "settings": settings,
+            "from_stock": classmethod(from_stock),
+        },
+    )
+
+
+def prompt_of(batch: Any, i: int) -> list[int]:
+    """The prompt ids of request ``i`` as its batch holds them before its first step.
+
+    Causal, Mamba and Idefics batches keep a left-padded column per request
+    (``all_input_ids[i]``, the last ``input_lengths[i]`` are the prompt); flash batches a
+    list; seq2seq batches the decoder's ids (``all_decoder_input_ids``).
+    """
+    ids = getattr(batch, "all_decoder_input_ids", None)
+    lengths = getattr(batch, "decoder_input_lengths", None)
+    if ids is None:
+        ids, lengths = batch.all_input_ids, getattr(batch, "input_lengths", None)
+    row = ids[i]
+    if isinstance(row, list):
+        return list(row)
+    flat: list[int] = row.reshape(-1).tolist()
+    if lengths is not None:
+        flat = flat[len(flat) - int(lengths[i]):]
+    return flat
+
+
+def prepare(batch: Any, cls: type) -> dict[Any, Any]:
+    """Step 1: build new requests' texts; ``{request id: criteria}`` for ours."""
+    ours = {}
+    requests = batch.requests
+    for i, criteria in enumerate(batch.stopping_criterias):
+        if criteria.__class__ is not cls:
+            continue
+        if criteria.detok_pending:
+            try:
+                prompt = prompt_of(batch, i)
+            except Exception as exc:
+                criteria.detok_pending = False
+                log("WARNING", f"detok-plugin: request {requests[i].id} stays stock: no prompt ids ({exc!r})")
+                continue
+            criteria.detok_build(prompt, requests[i].id)
+        if criteria.detok is not None:
+            ours[requests[i].id] = criteria
+    return ours
+
+
+def rewrite(generations: list[Any], ours: dict[Any, Any]) -> None:
+    """Step 3: the core's texts into each of our requests' ``Generation``."""
+    for generation in generations:
+        criteria = ours.get(generation.request_id)
+        if criteria is None or criteria.detok is None:
+            continue
+        detok = criteria.detok
+        texts = detok.take_step()
+        tokens = generation.tokens
+        if len(texts) != len(tokens.token_ids):
+            log("ERROR", f"detok-plugin: request {generation.request_id}: {len(texts)} texts for "
+                f"{len(tokens.token_ids)} ids; the step keeps TGI's texts")
+            continue
+        tokens.texts = texts
+        tokens.is_special = [special and not text for special, text in zip(tokens.is_special, texts)]
+        if generation.generated_text is not None:
+            generation.generated_text.text = detok.text
+
+
+def wrap_generate_token(stock: Callable[..., Any], cls: type) -> Callable[..., Any]:
+    """``stock`` with steps 1 and 3 around it; never raises more than ``stock`` does."""
+
+    @functools.wraps(stock)
+    def generate_token(self: Any, batch: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            ours = prepare(batch, cls)
+        except Exception as exc:
+            log("ERROR", f"detok-plugin: {exc!r} before a step; the step's texts are TGI's")
+            ours = {}
+        result = stock(self, batch, *args, **kwargs)
+        if ours:
+            try:
+                rewrite(result[0], ours)
+            except Exception as exc:
+                log("ERROR", f"detok-plugin: {exc!r} after a step; the step's texts are TGI's")
+        return result
+
+    setattr(generate_token, STOCK_ATTR, stock)
+    return generate_token
