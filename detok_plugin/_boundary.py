@@ -61,6 +61,7 @@ class Boundary:
     finish_reason: FinishReason | None
     stop_reason: str | int | None
     _cfg: StreamConfig
+    _min_tokens: int
     _dec: StreamDecoder
     _ac: Matcher | None
     _ac_state: int
@@ -104,7 +105,7 @@ class Boundary:
                 return
             index, end = hit
             pattern = self._cfg.patterns[self._mode][index]
-            if pattern.kind == "stop" and (len(self.token_ids) <= self._cfg.min_tokens or end <= early):
+            if pattern.kind == "stop" and (len(self.token_ids) <= self._min_tokens or end <= early):
                 # Too early to stop: keep scanning from here as if nothing matched.
                 self._emit(self._advance(node, text[:end]), out)
                 early -= end
@@ -167,7 +168,7 @@ class Boundary:
         if self._ac is None:
             return
         hit = self._held_hit(self._ac_state)
-        if hit is None or len(self.token_ids) <= self._cfg.min_tokens:
+        if hit is None or len(self.token_ids) <= self._min_tokens:
             return
         if self._cfg.patterns[self._mode][hit[0]].kind != "stop":
             return
@@ -209,7 +210,7 @@ class Boundary:
         A stop that ends in the characters that showed by token ``min_tokens`` (``_early``)
         completed too early: the scan goes on past it, here and later (as ``_take`` does).
         """
-        if len(self.token_ids) <= self._cfg.min_tokens:  # all of it shows by token min_tokens
+        if len(self.token_ids) <= self._min_tokens:  # all of it shows by token min_tokens
             self._early = self._early + added if base else added
         early, rest = len(self._early) - base, added
         while True:

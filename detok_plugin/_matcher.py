@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import NamedTuple
 
 __all__ = ["Matcher", "Step"]
@@ -35,11 +34,32 @@ class Step(NamedTuple):
     held: str
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class Matcher:
-    """Immutable automaton; shared across streams (cached by pattern tuple)."""
+    """An automaton over stop strings and tags; shared across streams (cached by pattern
+    tuple), built lazily.
 
-    patterns: tuple[str, ...]
+    Opening a stream with a stop set never seen before (multi-tenant API traffic: every
+    request brings its own) must cost little, and most streams never meet a stop's first
+    character at all, so ``build`` makes only ``first`` (a character class); the trie and
+    its failure links are made by the first ``scan``.
+    """
+
+    __slots__ = ("patterns", "holding", "first", "find_first", "goto", "fail", "depth", "match", "hold", "steps")
+
+    STEP_MEMO_LIMIT = 4096
+
+    def __init__(self, patterns: tuple[str, ...], holding: tuple[bool, ...]) -> None:
+        if not all(patterns):
+            raise ValueError("empty stop string or tag")
+        self.patterns = patterns
+        self.holding = holding
+        # The first characters of the patterns: from the root, the automaton can only move
+        # on one of them, so the scan jumps (in C, with a regex) to the next one.
+        self.first: re.Pattern[str] = re.compile("[" + re.escape("".join(sorted({p[0] for p in patterns}))) + "]")
+        # ``first.search``, bound once: every stream on this automaton shares the one object.
+        self.find_first: Callable[..., re.Match[str] | None] = self.first.search
+
+    # The automaton, made on first use (``__getattr__``: the slots are unset until then).
     goto: tuple[dict[str, int], ...]
     fail: tuple[int, ...]
     depth: tuple[int, ...]
@@ -50,20 +70,25 @@ class Matcher:
     # of a *holding* pattern. A stop kept in the output (include_stop_str_in_output) does
     # not hold: its characters leave whether or not it completes.
     hold: tuple[int, ...]
-    # The first characters of the patterns: from the root, the automaton can only move on
-    # one of them, so the scan jumps (in C, with a regex) to the next one.
-    first: re.Pattern[str]
-    # ``first.search``, bound once: every stream on this automaton shares the one object
-    # (a bound method per stream would be one more object to touch per token).
-    find_first: Callable[..., re.Match[str] | None]
     # One memo per node for streams that scan token texts (DetokenizerState.push_text):
-    # text -> what a scan of it from this node with no match leaves (released text, next
-    # node, held text). Exact because what a stream holds is a function of its node (the
-    # last ``hold[node]`` characters of the node's path). Shared, each bounded by
-    # ``STEP_MEMO_LIMIT`` (cleared when full: the texts of one workload recur).
+    # text -> what a scan of it from this node with no match leaves. Exact because what a
+    # stream holds is a function of its node (the last ``hold[node]`` characters of the
+    # node's path). Shared, each bounded by ``STEP_MEMO_LIMIT`` (cleared when full: the
+    # texts of one workload recur).
     steps: tuple[dict[str, Step], ...]
 
-    STEP_MEMO_LIMIT = 4096
+    def __getattr__(self, name: str) -> object:
+        # Called only for an unset slot: the automaton is not made yet.
+        if name not in _AUTOMATON:
+            raise AttributeError(name)
+        trie = _Trie(self.patterns, self.holding)
+        fail, match, hold = trie.links()
+        self.goto, self.fail, self.depth = tuple(trie.goto), tuple(fail), tuple(trie.depth)
+        self.match, self.hold, self.steps = tuple(match), tuple(hold), tuple({} for _ in trie.goto)
+        return getattr(self, name)
+
+    def __repr__(self) -> str:
+        return f"Matcher({self.patterns!r})"
 
     @staticmethod
     @functools.lru_cache(maxsize=256)
@@ -71,15 +96,11 @@ class Matcher:
         """The automaton over ``patterns`` (cached). ``holding[i]`` false: pattern ``i``
         holds no text back (a stop kept in the output)."""
         patterns = tuple(patterns)
-        holds = tuple(holding) if holding is not None else (True,) * len(patterns)
-        trie = _Trie(patterns, holds)
-        fail, match, hold = trie.links()
-        chars = "".join(sorted({p[0] for p in patterns}))
-        first = re.compile("[" + re.escape(chars) + "]")
-        return Matcher(
-            patterns, tuple(trie.goto), tuple(fail), tuple(trie.depth), tuple(match), tuple(hold), first,
-            first.search, tuple({} for _ in trie.goto),
-        )
+        return Matcher(patterns, tuple(holding) if holding is not None else (True,) * len(patterns))
+
+    def memo(self, node: int) -> dict[str, Step]:
+        """The no-match memo of ``node`` (``steps``)."""
+        return self.steps[node]
 
     def remember(self, node: int, text: str, step: Step) -> None:
         """Memo a no-match scan of ``text`` from ``node`` (``steps``; bounded per node)."""
@@ -112,6 +133,9 @@ class Matcher:
         return state, None
 
 
+_AUTOMATON = frozenset(("goto", "fail", "depth", "match", "hold", "steps"))
+
+
 class _Trie:
     """The trie of the patterns, then its failure links (breadth first), as Aho and
     Corasick build them."""
@@ -122,8 +146,6 @@ class _Trie:
         self.own = [-1]  # the pattern that ends at a node, the first of duplicates
         self.on_hold_path = [True]  # some holding pattern passes through the node
         for index, p in enumerate(patterns):
-            if not p:
-                raise ValueError("empty stop string or tag")
             node = 0
             for ch in p:
                 node = self._child(node, ch)

@@ -1,9 +1,10 @@
 """``StreamConfig``: what a stream's options fix at construction, built once per options.
 
-A stream keeps only what changes per token (``_state``); everything its options decide
-(the stop token ids, the limits, the patterns live in each channel and their automata)
-is one frozen object, cached, so every request with the same options shares it and a
-request with options never seen before pays for one build.
+A stream keeps only what changes per token (``_state``) and its request's two numbers
+(``min_tokens``, ``max_tokens``, which differ per request); everything else its options
+decide (the stop token ids, the patterns live in each channel and their automata) is one
+frozen object, cached, so every request with the same options shares it and a request with
+options never seen before pays for one build.
 
 Channels: content, reasoning and tool bodies each have their own patterns, because what
 may be matched depends on where the text is (a stop does not apply inside reasoning unless
@@ -43,8 +44,6 @@ class StreamConfig:
     #: The EOS ids among them (``stop_reason`` is None for these, the id for the others).
     eos_ids: frozenset[int]
     include_stop: bool
-    min_tokens: int
-    max_tokens: int | None
     tags: TagSet | None
     reasoning: Reasoning
     #: Per channel (content, reasoning, tool): the patterns live in it, in list order.
@@ -57,11 +56,6 @@ class StreamConfig:
     #: can complete a stop, and must be checked).
     fffd_stops: bool
 
-    @property
-    def simple(self) -> bool:
-        """No tags, no stop ids, no length limit: the reference's ``push_text`` shortcut."""
-        return self.tags is None and not self.stop_ids and self.max_tokens is None
-
 
 @functools.lru_cache(maxsize=1024)
 def stream_config(
@@ -69,8 +63,6 @@ def stream_config(
     stop_ids: frozenset[int],
     eos_ids: frozenset[int],
     include_stop: bool,
-    min_tokens: int,
-    max_tokens: int | None,
     tags: TagSet | None,
     reasoning: Reasoning,
     stop_in_reasoning: bool,
@@ -79,7 +71,7 @@ def stream_config(
     patterns = _channel_patterns(stops, tags, stop_in_reasoning)
     # A stop kept in the output need not be held: its characters leave either way.
     matchers = tuple(
-        Matcher.build(tuple(p.text for p in ps), tuple(not (p.kind == "stop" and include_stop) for p in ps))
+        Matcher.build(tuple([p.text for p in ps]), tuple([not (p.kind == "stop" and include_stop) for p in ps]))
         if ps
         else None
         for ps in patterns
@@ -88,8 +80,6 @@ def stream_config(
         stop_ids=stop_ids,
         eos_ids=eos_ids,
         include_stop=include_stop,
-        min_tokens=min_tokens,
-        max_tokens=max_tokens,
         tags=tags,
         reasoning=reasoning,
         patterns=patterns,

@@ -79,7 +79,6 @@ class DetokenizerState(Router, Boundary):
         "_ac_state",  # the automaton's node in the current channel
         "_first",  # finds a stop's first character in a text (None: no stops)
         "_held_may_stop",  # held text can complete a stop (see from_tokenizer)
-        "_steps",  # the content automaton's per-node memo (Matcher.steps)
         "_pending",  # settled text held because a stop or tag may be forming
         "_skip_chars",  # characters of the prompt's held tail still to skip (_unskip)
         "_done",  # a stop condition or finish() ended the stream
@@ -93,6 +92,8 @@ class DetokenizerState(Router, Boundary):
         "request_id",
         "_vocab",
         "_cfg",
+        "_min_tokens",  # the request's limits (per request, so not in the shared _cfg)
+        "_max_tokens",
         "_id_tags",
         "_mode",  # the channel text goes to: CONTENT, REASONING or TOOL
         "_ac",  # the current channel's automaton
@@ -142,18 +143,19 @@ class DetokenizerState(Router, Boundary):
             frozenset(stop_token_ids or ()) | eos,
             eos,
             include_stop_str_in_output,
-            min_tokens,
-            max_tokens,
             tags,
             reasoning,
             stop_in_reasoning,
         )
         self = cls.__new__(cls)
-        self._start(opened, cfg, request_id, keep_log, skip_special_tokens)
+        self._start(opened, cfg, request_id, keep_log, skip_special_tokens, (min_tokens, max_tokens))
         return self
 
-    def _start(self, opened: Opened, cfg: StreamConfig, request_id: str | None, keep_log: bool, skip: bool) -> None:
+    def _start(
+        self, opened: Opened, cfg: StreamConfig, request_id: str | None, keep_log: bool, skip: bool, limits: tuple[int, int | None]
+    ) -> None:
         """Fill the slots: the decoder's, the options', and the running state's."""
+        self._min_tokens, self._max_tokens = limits
         self.request_id = request_id
         self.path = opened.decoder.path
         self.why = opened.why
@@ -190,7 +192,6 @@ class DetokenizerState(Router, Boundary):
         self._pending = ""
         content = cfg.matchers[CONTENT]
         self._first = content.find_first if content is not None else None
-        self._steps = content.steps if content is not None else ()
         self._held_scan: HeldScan | None = None
         self._early = ""
         # Text the decoder holds can complete a stop only if, rendered as final, it can
@@ -202,7 +203,7 @@ class DetokenizerState(Router, Boundary):
         """push_text's shortcut applies: a table, content only, no length limit, live,
         nothing of the prompt left to skip. (Stop ids are checked per id.)"""
         cfg = self._cfg
-        return self._vocab is not None and cfg.tags is None and cfg.max_tokens is None and not (self._skip_chars or self._done)
+        return self._vocab is not None and cfg.tags is None and self._max_tokens is None and not (self._skip_chars or self._done)
 
     # --- the verbs ---------------------------------------------------------------------
 
@@ -288,7 +289,7 @@ class DetokenizerState(Router, Boundary):
         """One checked id, the reference path: steps (1)-(5) of the module docstring."""
         self.token_ids.append(tid)  # (1)
         cfg = self._cfg
-        stop_token = tid in self._stop_ids and len(self.token_ids) > cfg.min_tokens  # (2)
+        stop_token = tid in self._stop_ids and len(self.token_ids) > self._min_tokens  # (2)
         if not stop_token or cfg.include_stop:
             if tid in self._id_tags:
                 self._id_tag(self._id_tags[tid], out)
@@ -298,7 +299,7 @@ class DetokenizerState(Router, Boundary):
         if stop_token:
             self.finish_reason = "stop"
             self.stop_reason = None if tid in cfg.eos_ids else tid
-        elif cfg.max_tokens is not None and len(self.token_ids) >= cfg.max_tokens:  # (5)
+        elif self._max_tokens is not None and len(self.token_ids) >= self._max_tokens:  # (5)
             self.finish_reason = "length"
 
     def _push_one(self, tid: int, as_text: bool = False) -> Delta | str:
@@ -325,7 +326,7 @@ class DetokenizerState(Router, Boundary):
         matched or can start in it, the length limit is not reached, and nothing the
         decoder holds can complete a stop."""
         ac = self._ac
-        limit = self._cfg.max_tokens
+        limit = self._max_tokens
         return (
             self._mode == CONTENT
             and self._ac_state == 0
@@ -337,7 +338,7 @@ class DetokenizerState(Router, Boundary):
     def _settle(self, text: str, out: Out) -> None:
         """Steps (3)-(5) for an id ``_push_one`` took, and closing on a finish."""
         self._take_settled(text, out)
-        limit = self._cfg.max_tokens
+        limit = self._max_tokens
         if self.finish_reason is None and limit is not None and len(self.token_ids) >= limit:
             self.finish_reason = "length"
         if self.finish_reason is not None:
@@ -364,14 +365,15 @@ class DetokenizerState(Router, Boundary):
         """The boundary for ``_text_step`` when stops are live (content is the only channel)."""
         dec = self._dec
         held = self._held_may_stop and not dec.idle and dec.holds()
-        if not held and (step := self._steps[self._ac_state].get(text)) is not None:
+        if held or self._ac_state or (text and self._first(text) is not None):  # type: ignore[misc]
+            # A stop is partly matched, may start in this text, or may complete in what
+            # the decoder holds.
+            step = None if held else self._ac.memo(self._ac_state).get(text)  # type: ignore[union-attr]
+            if step is None:  # the boundary scan decides
+                return self._scan_text(text, held)
             # This text was scanned from this node before, with no match: the same text
             # leaves and the same text is held (Matcher.steps).
             text, self._ac_state, self._pending = step
-        elif held or self._ac_state or (text and self._first(text) is not None):  # type: ignore[misc]
-            # A stop is partly matched, may start in this text, or may complete in what
-            # the decoder holds: the boundary scan decides.
-            return self._scan_text(text, held)
         if text and self._keep_log:
             self._log(CONTENT, text)
         return text

@@ -467,12 +467,12 @@ def test_scan_memo_is_exact_shared_and_bounded(monkeypatch):
     ids = [i for k in range(len(words)) for i in (0, k + 1)]
     first = DetokenizerState.from_tokenizer(table, stop=stops, eos_token_ids=())
     assert "".join(first.push_text(i) for i in ids) + first.finish().text == text
-    memo = first._steps
+    memo = first._ac.steps  # the content automaton's memo (the stream has no copy of it)
     after_newline = first._ac.goto[0]["\n"]
-    assert memo is first._ac.steps and 0 < len(memo[after_newline]) <= 8
+    assert 0 < len(memo[after_newline]) <= 8
     assert memo[after_newline]["w19"] == ("\nw19", 0, "")  # released, next node, held
     second = DetokenizerState.from_tokenizer(table, stop=stops, eos_token_ids=())
-    assert second._steps is memo  # one automaton, and its memo, per set of stops
+    assert second._ac.steps is memo  # one automaton, and its memo, per set of stops
     got = [second.push_text(i) for i in ids]
     assert got[-2:] == ["", "\nw19"] and "".join(got) + second.finish().text == text
     assert all(len(m) <= 8 for m in memo)
