@@ -201,8 +201,8 @@ def test_where_stock_differs_stock_is_wrong(name, case, loop_run):
     tok = tokenizer_zoo.load(name)
     run = loop_run(name)
     wrong = [rid for rid, meta in run["meta"].items() if check(tok, meta, run["stock"][rid])]
-    assert not any(check(tok, meta, run["ours"][rid]) for rid, meta in run["meta"].items()
-                   if case in ("final_text_differs_from_decode", "stream_differs_from_final"))
+    if case in ("stop_missed", "special_token_text_streamed", "stream_differs_from_final"):
+        assert not any(check(tok, meta, run["ours"][rid]) for rid, meta in run["meta"].items())
     print(f"{name} {case}: stock wrong on {len(wrong)} of {len(run['meta'])} requests")
     if name in names:
         assert wrong, f"stock is no longer wrong here ({case}): drop the case for {name}"

@@ -58,9 +58,9 @@ def make_model(tokenizer_dir: str, out_dir: str, seed: int = 0) -> None:
         keep = torch.zeros(emb.shape[0], dtype=torch.bool)
         keep[sorted(favoured)] = True
         emb[~keep] = 0.0
-        emb[keep] = torch.randn(int(keep.sum()), emb.shape[1])
+        emb[keep] = torch.randn(int(keep.sum()), emb.shape[1]) * 0.3
         for eid in _eos_ids(tok):
-            emb[eid] = torch.randn(emb.shape[1]) * 0.7  # rarer: requests run a while
+            emb[eid] = torch.randn(emb.shape[1]) * 0.3  # as likely as a favoured id
     model.save_pretrained(out_dir, safe_serialization=True)
     tok.save_pretrained(out_dir)
 
