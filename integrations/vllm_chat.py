@@ -425,11 +425,16 @@ def _compose(cls: Any, bound: inspect.BoundArguments) -> Any:
     return parser_class(tags, reasoning, tools)
 
 
-class _ComposeHook:
-    """vLLM's ``ParserManager._compose_parser`` while ours wraps it (one per process)."""
+class _ComposeHookState:
+    """vLLM's ``ParserManager._compose_parser`` while ours wraps it (one per process).
+    Instance attributes on purpose: a ``classmethod`` stored on a class would bind."""
 
-    lock = threading.Lock()
-    stock: Any = None
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stock: Any = None
+
+
+_ComposeHook = _ComposeHookState()
 
 
 def _wrapped_compose(cls: Any, *args: Any, **kwargs: Any) -> Any:

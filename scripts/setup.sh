@@ -65,6 +65,8 @@ step "what vLLM's own tests import"
 quiet "${PIP[@]}" install -q --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.11
 quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" "fastapi>=0.133,<0.137" "llguidance>=1.7,<1.8" \
     partial-json-parser "jsonschema>=4.23" "pydantic-extra-types[pycountry]" einops pytest-asyncio
+# vLLM's own Qwen3 reasoning parser, compared with detok's (tests/test_vllm_chat.py).
+quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" ijson
 # detok-plugin serve, and its page checked in a real browser (tests/test_serve_browser.py):
 # Debian's chromium driven by playwright (pip's playwright cannot download a browser here).
 step "serve (starlette, uvicorn), playwright, Debian's chromium"
