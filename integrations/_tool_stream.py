@@ -160,28 +160,11 @@ class BodyReader:
             if buf[pos] not in "{[":
                 self._dead = True  # a string or scalar: sent whole at the end
                 return
-        depth, in_str, esc = self._depth, self._in_str, self._esc
-        while pos < len(buf):
-            c = buf[pos]
-            pos += 1
-            if in_str:
-                if esc:
-                    esc = False
-                elif c == "\\":
-                    esc = True
-                elif c == '"':
-                    in_str = False
-            elif c == '"':
-                in_str = True
-            elif c in "{[":
-                depth += 1
-            elif c in "}]":
-                depth -= 1
-                if depth == 0:
-                    self._open = False
-                    self.done[-1] = True
-                    break
-        self._depth, self._in_str, self._esc, self.pos = depth, in_str, esc, pos
+        pos, self._depth, self._in_str, self._esc, closed = _scan_value(buf, pos, self._depth, self._in_str, self._esc)
+        if closed:
+            self._open = False
+            self.done[-1] = True
+        self.pos = pos
         self._send(buf[start:pos], events)
 
     def _send(self, piece: str, events: list[Event]) -> None:
@@ -231,6 +214,30 @@ class BodyReader:
         if end > pos:
             self._send(buf[pos:end], events)
             self.pos = end
+
+
+def _scan_value(buf: str, pos: int, depth: int, in_str: bool, esc: bool) -> tuple[int, int, bool, bool, bool]:
+    """Scan a JSON object or array from ``pos`` (brackets counted outside strings) up to
+    its last bracket or the end of ``buf``: (position, depth, in_str, esc, closed)."""
+    while pos < len(buf):
+        c = buf[pos]
+        pos += 1
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+            if depth == 0:
+                return pos, depth, in_str, esc, True
+    return pos, depth, in_str, esc, False
 
 
 def _may_become_head(text: str) -> bool:

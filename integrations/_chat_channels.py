@@ -1,0 +1,244 @@
+"""One chat request's channels: the core's stream with tags, read into OpenAI deltas.
+
+:class:`Channels` holds the request's :class:`detok_plugin.DetokenizerState` (tags live in
+this request, its stop options) and turns each ``Delta`` into the pieces of vLLM's
+``DeltaMessage``: ``reasoning``, ``content`` and ``tool_calls``, whose names and arguments
+:class:`~detok_plugin.integrations._tool_stream.BodyReader` reads from the tool channel's
+text as it streams. Used by ``vllm_chat.DetokChatParser`` (one per request and choice).
+
+The stop rule follows the detokenizer in this process: when it is the plugin's, it cuts
+stop strings outside reasoning (``_reasoning_stream``) and so does this stream; when it is
+vLLM's stock one, stops cut anywhere, and so here too (``stop_in_reasoning=True``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from vllm.entrypoints.generate.base.protocol import DeltaFunctionCall, DeltaMessage, DeltaToolCall
+from vllm.renderers.chat_utils import make_tool_call_id
+
+from detok_plugin import DetokenizerState, TagSet, TokenIdError
+from detok_plugin.integrations._tool_stream import BodyReader
+
+__all__ = ["Channels", "Parts"]
+
+logger = logging.getLogger("vllm.detok_plugin")
+
+
+class Parts:
+    """One delta's pieces; tool-call pieces of one call merge into one DeltaToolCall."""
+
+    __slots__ = ("reasoning", "content", "tools")
+
+    def __init__(self) -> None:
+        self.reasoning: list[str] = []
+        self.content: list[str] = []
+        self.tools: dict[int, DeltaToolCall] = {}
+
+    def tool(self, index: int, *, id: str | None = None, name: str | None = None, args: str = "") -> None:
+        call = self.tools.get(index)
+        if call is None:
+            fn = DeltaFunctionCall(name=name, arguments=args) if name is not None else DeltaFunctionCall(arguments=args)
+            self.tools[index] = DeltaToolCall(index=index, id=id, type="function" if id else None, function=fn)
+            return
+        assert call.function is not None
+        call.function.arguments = (call.function.arguments or "") + args
+
+    def message(self, request: Any) -> DeltaMessage | None:
+        fields: dict[str, Any] = {}
+        if self.reasoning and getattr(request, "include_reasoning", True):
+            fields["reasoning"] = "".join(self.reasoning)
+        if self.content:
+            fields["content"] = "".join(self.content)
+        if self.tools:
+            fields["tool_calls"] = list(self.tools.values())
+        return DeltaMessage(**fields) if fields else None
+
+
+class Channels:
+    """The core's stream for one request, and the tool calls read from its tool channel."""
+
+    def __init__(self, parser: Any, request: Any, prompt: Sequence[int], *, streaming: bool = True) -> None:
+        tags = _live_tags(parser, request)
+        self.tags = tags
+        self.parser = parser
+        self.streaming = streaming
+        self.state = DetokenizerState.from_tokenizer(
+            parser.model_tokenizer,
+            prompt_ids=prompt,
+            skip_special_tokens=getattr(request, "skip_special_tokens", True),
+            spaces_between_special_tokens=getattr(request, "spaces_between_special_tokens", True),
+            stop=_stops(request),
+            stop_token_ids=(),
+            eos_token_ids=(),
+            include_stop_str_in_output=bool(getattr(request, "include_stop_str_in_output", False)),
+            min_tokens=getattr(request, "min_tokens", 0) or 0,
+            tags=tags,
+            reasoning="separate",
+            stop_in_reasoning=not _detokenizer_is_ours(),
+            keep_log=False,
+        )
+        self.stop_ids = _stop_ids(parser.model_tokenizer, request)
+        self.include_stop = bool(getattr(request, "include_stop_str_in_output", False))
+        self.sent = 0  # tool calls whose header went out
+        self.base = 0  # OpenAI index of the current body's first call
+        self.body: list[str] = []
+        self.reader: BodyReader | None = None
+        self.body_index = -1  # the core's index of the current body's first call
+        self.body_open = False
+        self.complete: list[tuple[str, str]] = []
+
+    def step(self, ids: Sequence[int], finished: bool) -> Parts:
+        parts = Parts()
+        if finished and ids and ids[-1] in self.stop_ids and not self.include_stop:
+            ids = ids[:-1]  # the stop token or EOS that ended it: no text, as the detokenizer
+        if ids and not self.state.finished:
+            self._take(self._push(ids), parts, at_end=False)
+        if finished and not self.state.finished:
+            self._take(self.state.finish(), parts, at_end=True)
+        return parts
+
+    def _push(self, ids: Sequence[int]) -> Any:
+        try:
+            return self.state.push(list(ids))
+        except TokenIdError:
+            pass
+        # An id the tokenizer does not know (a padded vocabulary): skipped, as the decode does.
+        text, reasoning, calls = [], [], []
+        for tid in ids:
+            if self.state.finished:
+                break
+            try:
+                d = self.state.push(tid)
+            except TokenIdError as exc:
+                logger.warning("detok-plugin: %s; the chat parser skips it", exc)
+                continue
+            text.append(d.text)
+            reasoning.append(d.reasoning)
+            calls.extend(d.tool_calls)
+        return _Merged("".join(text), "".join(reasoning), tuple(calls))
+
+    def _take(self, delta: Any, parts: Parts, *, at_end: bool) -> None:
+        if delta.reasoning:
+            parts.reasoning.append(delta.reasoning)
+        if delta.text:
+            parts.content.append(delta.text)
+        closed = False
+        for call in delta.tool_calls:
+            if call.complete:
+                self._complete(call, parts, at_end)
+                closed = True
+            elif call.text:
+                if closed:  # a body closed in this delta, and the next one began
+                    self.body_open = closed = False
+                self._body_text(call.index, call.text, parts)
+        if closed:
+            self.body_open = False
+
+    def _body_text(self, index: int, text: str, parts: Parts) -> None:
+        if not self.body_open:
+            self._open_body(index)
+        self.body.append(text)
+        assert self.reader is not None
+        if not self.streaming:
+            return
+        for k, name, args in self.reader.feed(text):
+            if name is not None:
+                parts.tool(self.base + k, id=self._new_id(name), name=name)
+                self.sent += 1
+            if args:
+                parts.tool(self.base + k, args=args)
+
+    def _open_body(self, index: int) -> None:
+        self.body_index = index
+        self.body_open = True
+        self.base = self.sent
+        self.body = []
+        self.reader = BodyReader(self.tags.tool_format)  # type: ignore[arg-type]
+
+    def _complete(self, call: Any, parts: Parts, at_end: bool) -> None:
+        if not self.body_open:
+            self._open_body(call.index)  # a body with no text, closed at once
+        reader = self.reader
+        assert reader is not None
+        if call.error is not None:
+            tags = self.tags
+            closed = "" if at_end and tags.tool_close is not None else (tags.tool_close or "")
+            raw = (tags.tool_open or "") + "".join(self.body) + closed
+            logger.warning("detok-plugin: %s; sent as content", call.error)
+            parts.content.append(raw)
+            return
+        self.complete.append((call.name, call.arguments))
+        k = call.index - self.body_index  # which call of this body
+        if not self.streaming:
+            return
+        if k >= reader.calls:  # its name never went out: all of it now
+            parts.tool(self.base + k, id=self._new_id(call.name), name=call.name, args=call.arguments)
+            self.sent = max(self.sent, self.base + k + 1)
+        elif not reader.done[k]:
+            sent = reader.args[k]
+            if call.arguments.startswith(sent):
+                parts.tool(self.base + k, args=call.arguments[len(sent) :])
+            else:  # a string value streamed raw: cannot happen by BodyReader's rule 1
+                logger.warning("detok-plugin: tool call %d's arguments streamed as %r, parsed as %r", k, sent, call.arguments)
+
+    def _new_id(self, name: str) -> str:
+        state = self.parser._stream_state  # noqa: SLF001 (the Parser base's own state)
+        tool_id = make_tool_call_id(id_type=state.tool_call_id_type, func_name=name, idx=state.history_tool_call_cnt)
+        state.history_tool_call_cnt += 1
+        return tool_id  # type: ignore[no-any-return]
+
+
+class _Merged:
+    """A Delta's three channels, for ids pushed one by one."""
+
+    __slots__ = ("text", "reasoning", "tool_calls")
+
+    def __init__(self, text: str, reasoning: str, tool_calls: tuple[Any, ...]) -> None:
+        self.text, self.reasoning, self.tool_calls = text, reasoning, tool_calls
+
+
+def _live_tags(parser: Any, request: Any) -> TagSet | None:
+    """The tags live in this request: reasoning tags with a reasoning parser, tool tags
+    with a tool parser and a request whose tools are not switched off."""
+    tags = parser.tags
+    reasoning = parser.reasoning_parser is not None and tags.reasoning_open is not None
+    tools = (
+        parser.tool_parser is not None
+        and tags.tool_open is not None
+        and bool(getattr(request, "tools", None))
+        and getattr(request, "tool_choice", None) != "none"
+    )
+    if not reasoning and not tools:
+        return None
+    return TagSet(
+        tags.name,
+        tags.reasoning_open if reasoning else None,
+        tags.reasoning_close if reasoning else None,
+        tags.tool_open if tools else None,
+        tags.tool_close if tools else None,
+        tags.tool_format,
+    )
+
+
+def _stops(request: Any) -> tuple[str, ...]:
+    stop = getattr(request, "stop", None)
+    return (stop,) if isinstance(stop, str) else tuple(stop or ())
+
+
+def _stop_ids(tokenizer: Any, request: Any) -> frozenset[int]:
+    ids = set(getattr(request, "stop_token_ids", None) or ())
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    return frozenset(ids)
+
+
+def _detokenizer_is_ours() -> bool:
+    """Whether this process's vLLM detokenizer is the plugin's (which reads the tags)."""
+    from detok_plugin.integrations.vllm import is_registered
+
+    return is_registered()
