@@ -358,7 +358,8 @@ class DetokenizerState(Router, Boundary):
             text = self._text_boundary(text)
         elif text and self._keep_log:
             self._log(CONTENT, text)
-        self._settled()
+        if self._early:
+            self._settled()
         return text
 
     def _text_boundary(self, text: str) -> str:
