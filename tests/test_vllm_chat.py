@@ -304,6 +304,19 @@ def test_with_the_detokenizer_off_stops_cut_where_stock_cuts() -> None:
     assert seen.joined("content") == "" and seen.finish_reason == "stop"
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "known limit: the detokenizer runs the core with reasoning tags only (inline), so a stop "
+    "string inside a tool body cuts there (stock's rule), while the parser's core, with tool "
+    "tags, applies no stop in tool bodies and streams past the cut. Needs a core option that "
+    "puts tool tags and bodies inline in Delta.text (docs/vllm.md, 'Chat API', limits)"))
+def test_a_stop_inside_a_tool_body_ends_where_the_detokenizer_ends() -> None:
+    fam = FAMILIES["qwen3"]
+    out = answer(fam)
+    seen = chat(fam, out, stop=["quoted"])
+    streamed = "".join(tc.function.arguments or "" for d in seen.deltas if d for tc in d.tool_calls if tc.function)
+    assert "quoted" not in streamed and "quoted" not in seen.joined("content")
+
+
 @pytest.mark.parametrize("family", ["qwen3", "deepseek_r1"])
 @pytest.mark.parametrize("tag", ["open_think", "close_think", "open_tool", "close_tool"])
 def test_tags_split_at_every_byte(family: str, tag: str) -> None:
