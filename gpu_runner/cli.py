@@ -226,8 +226,11 @@ def _verify(args: argparse.Namespace, settings: Any) -> int:
 
 
 def _serve(args: argparse.Namespace, settings: Any) -> int:
-    from .serve import defaults_for, serve
-
+    try:
+        from .serve import defaults_for, serve
+    except ImportError as exc:  # the serve extra (starlette, uvicorn) is not installed
+        print(f"detok-plugin: error: {exc}", file=sys.stderr)
+        return 2
     if args.max_batch < 1:
         raise ValueError(f"--max-batch must be at least 1, got {args.max_batch}")
     runner = _load(args)

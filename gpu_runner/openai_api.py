@@ -121,27 +121,18 @@ def parse_request(body: Any, kind: Kind, *, runner: Any, defaults: ServeDefaults
         if name in body and body[name] not in neutral:
             raise RequestError(f"{name!r} is not supported by this server", param=name)
     prompt_ids = _chat_prompt(body, runner) if kind == "chat" else _completion_prompt(body, runner)
-    max_tokens = _max_tokens(body, kind, len(prompt_ids), defaults)
-    options = body.get("stream_options")
-    if options is not None and not isinstance(options, Mapping):
-        raise RequestError("'stream_options' must be an object", param="stream_options")
-    stream = _bool(body, "stream", False)
-    if options is not None and not stream:
-        raise RequestError("'stream_options' is only allowed with 'stream': true", param="stream_options")
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise RequestError(f"'seed' must be an integer, got {seed!r}", param="seed")
+    stream, include_usage = _streaming(body)
     return GenerationRequest(
         kind=kind,
         prompt_ids=tuple(prompt_ids),
         n=_int(body, "n", 1, 1, defaults.max_n),
-        max_tokens=max_tokens,
+        max_tokens=_max_tokens(body, kind, len(prompt_ids), defaults),
         temperature=_number(body, "temperature", defaults.temperature, 0.0, 2.0),
         top_k=_top_k(body, defaults.top_k),
-        seed=seed,
+        seed=_seed(body),
         stop=_stop(body),
         stream=stream,
-        include_usage=bool(options and _bool(options, "include_usage", False)),
+        include_usage=include_usage,
         skip_special_tokens=_bool(body, "skip_special_tokens", defaults.skip_special_tokens),
         return_token_ids=_bool(body, "return_token_ids", False),
     )
@@ -250,6 +241,26 @@ def _bool(body: Mapping[str, Any], name: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise RequestError(f"{name!r} must be true or false, got {value!r}", param=name)
     return value
+
+
+def _streaming(body: Mapping[str, Any]) -> tuple[bool, bool]:
+    """``stream``, and ``stream_options.include_usage`` (only allowed with ``stream``)."""
+    stream = _bool(body, "stream", False)
+    options = body.get("stream_options")
+    if options is None:
+        return stream, False
+    if not isinstance(options, Mapping):
+        raise RequestError("'stream_options' must be an object", param="stream_options")
+    if not stream:
+        raise RequestError("'stream_options' is only allowed with 'stream': true", param="stream_options")
+    return stream, _bool(options, "include_usage", False)
+
+
+def _seed(body: Mapping[str, Any]) -> int | None:
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise RequestError(f"'seed' must be an integer, got {seed!r}", param="seed")
+    return seed
 
 
 def _top_k(body: Mapping[str, Any], default: int) -> int:

@@ -39,7 +39,7 @@ def main() -> int:
     runner = Runner.load(device="cpu")
     with running(runner, defaults_for(runner, GenerationSettings(max_new_tokens=64))) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1280, "height": 600})
+        page = browser.new_page(viewport={"width": 1280, "height": 440})
         page.goto(f"{url}/?autorun=1&mode={args.mode}&max_tokens={args.max_tokens}")
         for pane in ("naive", "plugin"):
             page.wait_for_selector(f"#{pane}[data-state=done]", timeout=240_000)

@@ -130,7 +130,8 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=None, help="the server's --threads")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="the server's --threads (1: steadiest where other processes share the cores; 0: torch's choice)")
     args = parser.parse_args()
 
     from detok_plugin.gpu_runner.prompts import DEFAULT_CHAT_PROMPT, VERIFY_PROMPTS
@@ -155,30 +156,55 @@ def main() -> int:
 
 def soak(server: subprocess.Popen[bytes], port: int, prompts: list[str], checker: Checker,
          args: argparse.Namespace) -> int:
-    deadline = time.monotonic() + 300
-    while True:  # wait for the model to load and the port to open
-        if server.poll() is not None or time.monotonic() > deadline:
-            print("the server did not start", file=sys.stderr)
-            return 1
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.5)
+    if not wait_for_port(server, port, timeout=300):
+        print("the server did not start", file=sys.stderr)
+        return 1
     warm = stream_chat(port, prompts[0], args.max_tokens)
     if checker.problem(prompts[0], warm):
         print(f"warm-up failed: {checker.problem(prompts[0], warm)}", file=sys.stderr)
         return 1
     rss = [rss_mb(server.pid)]
-    results: list[tuple[str, dict[str, Any], str | None]] = []
-    lock = threading.Lock()
-    t0 = time.monotonic()
-    end = t0 + args.seconds
     stop_sampling = threading.Event()
 
     def sample() -> None:
         while not stop_sampling.wait(1.0):
             rss.append(rss_mb(server.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    t0 = time.monotonic()
+    results = run_clients(port, prompts, checker, args)
+    wall = time.monotonic() - t0
+    stop_sampling.set()
+    sampler.join()
+    rss.append(rss_mb(server.pid))
+    print(json.dumps(summarize(results, rss, wall, args.clients), indent=2))
+    failures = [(p, why) for p, _, why in results if why]
+    for p, why in failures[:5]:
+        print(f"FAILED {p!r}: {why}", file=sys.stderr)
+    return 1 if failures or not results else 0
+
+
+def wait_for_port(server: subprocess.Popen[bytes], port: int, *, timeout: float) -> bool:
+    """Wait for the model to load and the port to open (False: the child died or timed out)."""
+    deadline = time.monotonic() + timeout
+    while server.poll() is None and time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            time.sleep(0.5)
+    return False
+
+
+Result = tuple[str, dict[str, Any], "str | None"]
+
+
+def run_clients(port: int, prompts: list[str], checker: Checker, args: argparse.Namespace) -> list[Result]:
+    """``args.clients`` threads, each streaming one request after another until the time is up."""
+    results: list[Result] = []
+    lock = threading.Lock()
+    end = time.monotonic() + args.seconds
 
     def client(c: int) -> None:
         k = c
@@ -189,41 +215,37 @@ def soak(server: subprocess.Popen[bytes], port: int, prompts: list[str], checker
                 results.append((prompt, got, checker.problem(prompt, got)))
             k += args.clients
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    clients = [threading.Thread(target=client, args=(c,)) for c in range(args.clients)]
-    for t in clients:
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(args.clients)]
+    for t in threads:
         t.start()
-    for t in clients:
+    for t in threads:
         t.join(timeout=args.seconds + 330)
-    wall = time.monotonic() - t0
-    stop_sampling.set()
-    sampler.join()
-    rss.append(rss_mb(server.pid))
+    return results
 
-    failures = [(p, why) for p, _, why in results if why]
+
+def summarize(results: list[Result], rss: list[float], wall: float, clients: int) -> dict[str, Any]:
     tokens = sum(len(got["ids"]) for _, got, _ in results)
     by_prompt: dict[str, set[str]] = {}
     for p, got, _ in results:
         by_prompt.setdefault(p, set()).add(got["text"])
-    summary = {
-        "clients": args.clients,
+    return {
+        "clients": clients,
         "seconds": round(wall, 1),
         "requests": len(results),
-        "failed": len(failures),
+        "failed": sum(1 for _, _, why in results if why),
         "tokens": tokens,
         "tokens_per_s": round(tokens / wall, 1),
+        # Exactness already covers U+FFFD; this says where any came from: a max_tokens cut
+        # inside a character leaves U+FFFD in the decode too, and then in the stream.
         "fffd_in_streams": sum(got["text"].count("\ufffd") for _, got, _ in results),
+        "streams_cut_inside_a_character": sum(got["text"].endswith("\ufffd") and got["finish"] == "length"
+                                              for _, got, _ in results),
         "distinct_replies_per_prompt": max(len(v) for v in by_prompt.values()) if by_prompt else 0,
         "rss_mb_after_warmup": round(rss[0], 1),
+        "rss_mb_every_10s": [round(v) for v in rss[::10]],
         "rss_mb_max": round(max(rss), 1),
         "rss_mb_end": round(rss[-1], 1),
-        "rss_samples": len(rss),
     }
-    print(json.dumps(summary, indent=2))
-    for p, why in failures[:5]:
-        print(f"FAILED {p!r}: {why}", file=sys.stderr)
-    return 1 if failures or not results else 0
 
 
 if __name__ == "__main__":

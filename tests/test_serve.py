@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -34,8 +35,16 @@ FFFD = "\ufffd"
 
 
 @pytest.fixture(scope="module")
-def runner() -> Runner:
-    return Runner.load(tokenizer_zoo.smollm2_gguf_path(), device="cpu", progress=None)
+def runner() -> Iterator[Runner]:
+    # One torch thread while this module runs: where other processes share the two cores,
+    # two threads spin at barriers and steps slow several-fold (docs/runner.md, --threads).
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield Runner.load(tokenizer_zoo.smollm2_gguf_path(), device="cpu", progress=None)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -269,3 +278,15 @@ def test_a_client_that_leaves_does_not_stall_the_server(runner: Runner, server: 
                                 "return_token_ids": True})
     assert reply.status == 200
     assert_exact(runner, reply, chat_ids(runner, "hi"))
+
+
+def test_cli_serve_refuses_a_bad_option_in_one_line() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("detok-plugin")
+    done = subprocess.run([str(exe), "serve", "--max-batch", "0"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.strip() == "detok-plugin: error: --max-batch must be at least 1, got 0"
+    helped = subprocess.run([str(exe), "serve", "--help"], capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0 and "--max-batch" in helped.stdout and "127.0.0.1" in helped.stdout

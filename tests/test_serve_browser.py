@@ -11,6 +11,7 @@ per-token decode) and the plugin pane none, equal to the model's full decode.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,16 @@ def browser() -> Any:
 
 
 @pytest.fixture(scope="module")
-def runner() -> Runner:
-    return Runner.load(tokenizer_zoo.smollm2_gguf_path(), device="cpu", progress=None)
+def runner() -> Iterator[Runner]:
+    # One torch thread while this module runs: where other processes share the two cores,
+    # two threads spin at barriers and steps slow several-fold (docs/runner.md, --threads).
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield Runner.load(tokenizer_zoo.smollm2_gguf_path(), device="cpu", progress=None)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
