@@ -70,7 +70,6 @@ def inside(tokenizer_dir: str, work: str, *, repeats: int, steps: int) -> int:
     logging.disable(logging.WARNING)
     import tgi_harness
     from _common import table
-
     from detok_plugin.integrations import tgi
 
     model_dir = str(Path(work) / "model")
@@ -91,10 +90,9 @@ def inside(tokenizer_dir: str, work: str, *, repeats: int, steps: int) -> int:
 
 def text_path(model, requests, recorded, repeats: int) -> None:
     from _common import interleaved_medians
-    from text_generation_server.utils.tokens import StoppingCriteria
-
     from detok_plugin.integrations._tgi_step import criteria_class
     from detok_plugin.integrations.tgi import Settings
+    from text_generation_server.utils.tokens import StoppingCriteria
 
     tok = model.tokenizer
     ours = criteria_class(StoppingCriteria, Settings(enabled=True))
@@ -122,7 +120,7 @@ def text_path(model, requests, recorded, repeats: int) -> None:
             for tid in ids:
                 criteria(tid, "")
                 criteria.detok.take_step()
-            criteria.detok.text
+            _ = criteria.detok.text
 
     medians = interleaved_medians({"stock": stock, "shim": shim}, repeats)
     us = {k: v / n_ids * 1e6 for k, v in medians.items()}
@@ -136,11 +134,10 @@ def step_times(model, steps: int, repeats: int, table) -> None:
     import statistics
     import time
 
-    import torch
     import tgi_harness
-    from text_generation_server.pb import generate_pb2 as pb
-
+    import torch
     from detok_plugin.integrations import tgi
+    from text_generation_server.pb import generate_pb2 as pb
 
     def timed_steps(size: int, on: bool) -> float:
         """Seconds per decode step of one fresh batch (its prefill not timed)."""

@@ -109,6 +109,16 @@ class RequestText:
 
     __slots__ = ("_stream", "_parts", "_sent", "_max", "_n", "request_id")
 
+    def __init__(self, stream: Any, max_new_tokens: int, request_id: str | None = None) -> None:
+        """Over ``stream`` (a :class:`ServingStream`, or anything with its verbs);
+        :meth:`build` makes one from TGI's parameters."""
+        self._stream = stream
+        self._parts: list[str] = []
+        self._sent = 0
+        self._max = max_new_tokens
+        self._n = 0
+        self.request_id = request_id
+
     @classmethod
     def build(
         cls,
@@ -125,10 +135,9 @@ class RequestText:
         (empty when the request ignores EOS) and the prompt's ids."""
         stops = tuple(s for s in stop_sequences if s)
         stop_ids = special_stop_ids(tokenizer, stops)
-        self = cls.__new__(cls)
-        self.request_id = request_id
+        stream: Any
         if settings.strip_reasoning is None:
-            self._stream: Any = ServingStream.from_tokenizer(
+            stream = ServingStream.from_tokenizer(
                 tokenizer,
                 prompt_ids=prompt_ids,
                 skip_special_tokens=True,
@@ -140,7 +149,7 @@ class RequestText:
                 on_unknown_id=_log_unknown_id,
             )
         else:
-            self._stream = _StrippedStream(
+            stream = _StrippedStream(
                 DetokenizerState.from_tokenizer(
                     tokenizer,
                     prompt_ids=prompt_ids,
@@ -155,11 +164,7 @@ class RequestText:
                     keep_log=False,
                 )
             )
-        self._parts: list[str] = []
-        self._sent = 0
-        self._max = max_new_tokens
-        self._n = 0
-        return self
+        return cls(stream, max_new_tokens, request_id)
 
     def push(self, token_id: int) -> int | None:
         """Take one id; ``None`` while the request goes on, else TGI's finish code."""
@@ -273,7 +278,7 @@ def log(level: str, message: str) -> None:
     loguru under that name. Without loguru (no TGI), through Python's logging.
     """
     try:
-        from loguru import logger as loguru_logger
+        from loguru import logger as loguru_logger  # type: ignore[import-not-found]
     except ImportError:
         logger.log(logging.getLevelName(level), "%s", message)
         return

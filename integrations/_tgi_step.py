@@ -37,8 +37,18 @@ class _Ours:
     """
 
     # Set by criteria_class on the subclass.
-    _stock_call: Callable[..., Any]
+    _stock_call: Callable[..., tuple[bool, int | None]]
     settings: Settings
+    # Ours, per instance (from_stock).
+    detok: RequestText | None
+    detok_pending: bool
+    detok_stops: tuple[str, ...]
+    detok_tokenizer: Any
+    # TGI's, per instance (copied from the stock instance).
+    current_tokens: int
+    max_new_tokens: int
+    eos_token_ids: set[int]
+    ignore_eos_token: bool
 
     def __call__(self, last_token: Any, last_output: str) -> tuple[bool, int | None]:
         detok = self.detok
@@ -80,7 +90,7 @@ def criteria_class(base: type, settings: Settings) -> type:
     deciding the counters and EOS ids; the subclass adds the request's text.
     """
 
-    def from_stock(cls: type, stock: Any, stops: tuple[str, ...], tokenizer: Any) -> Any:
+    def from_stock(cls: Any, stock: Any, stops: tuple[str, ...], tokenizer: Any) -> Any:
         self = cls.__new__(cls)
         self.__dict__.update(stock.__dict__)
         self.detok = None
@@ -122,14 +132,15 @@ def prompt_of(batch: Any, i: int) -> list[int]:
     return flat
 
 
-def prepare(batch: Any, cls: type) -> dict[Any, Any]:
+def prepare(batch: Any, cls: Any) -> dict[Any, Any]:
     """Step 1: build new requests' texts; ``{request id: criteria}`` for ours."""
-    ours = {}
+    ours: dict[Any, Any] = {}
     requests = batch.requests
+    criteria: Any
     for i, criteria in enumerate(batch.stopping_criterias):
         if criteria.__class__ is not cls:
             continue
-        if criteria.detok_pending:
+        if criteria.detok_pending:  # a request's first step
             try:
                 prompt = prompt_of(batch, i)
             except Exception as exc:

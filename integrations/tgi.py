@@ -49,7 +49,6 @@ True
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import importlib
 import importlib.abc
@@ -62,15 +61,14 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from ._tgi_step import STOCK_ATTR, criteria_class, wrap_generate_token
 from ._tgi_request import (
     FINISH_EOS_TOKEN,
     FINISH_LENGTH,
     FINISH_STOP_SEQUENCE,
-    RequestText,
     Settings,
     log,
 )
+from ._tgi_step import STOCK_ATTR, criteria_class, wrap_generate_token
 
 __all__ = [
     "ENV_FLAG",
@@ -241,7 +239,7 @@ def install(settings: Settings | None = None) -> bool:
             log("WARNING", f"detok-plugin: TGI contract {fingerprint} is not one detok-plugin has verified "
                 f"({', '.join(VERIFIED_CONTRACTS.values())}); its checks pass, so it switches on")
         base = tokens.StoppingCriteria
-        cls = criteria_class(base, settings)
+        cls: Any = criteria_class(base, settings)
         stock_from_pb = base.__dict__["from_pb"]
 
         def from_pb(_cls: type, pb: Any, tokenizer: Any) -> Any:
@@ -254,6 +252,7 @@ def install(settings: Settings | None = None) -> bool:
 
         _Patch.stock_from_pb = stock_from_pb
         base.from_pb = classmethod(from_pb)
+        target: Any
         for target in _generate_token_classes(model.Model):
             target.generate_token = wrap_generate_token(target.__dict__["generate_token"], cls)
             _Patch.wrapped.append(target)
@@ -276,6 +275,7 @@ def uninstall() -> bool:
             return undone
         tokens, _, _ = _tgi()
         tokens.StoppingCriteria.from_pb = _Patch.stock_from_pb
+        target: Any
         for target in _Patch.wrapped:
             fn = target.__dict__.get("generate_token")
             if fn is not None and hasattr(fn, STOCK_ATTR):

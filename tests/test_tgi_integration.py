@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from detok_plugin.integrations import _tgi_request, tgi
 from detok_plugin.integrations._tgi_request import (
     FINISH_EOS_TOKEN,

@@ -14,13 +14,11 @@ import functools
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-
 import tokenizer_zoo
 
 pytestmark = pytest.mark.tgi
@@ -30,7 +28,7 @@ NAMES = ("qwen3", "mistral_v1", "smollm2")
 LENGTH, EOS_TOKEN, STOP_SEQUENCE = 0, 1, 2  # TGI's FinishReason (proto/v3/generate.proto)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tgi_python() -> str:
     """``DETOK_TGI_PYTHON``, checked to import TGI's server and detok-plugin; else skip."""
     python = os.environ.get("DETOK_TGI_PYTHON")

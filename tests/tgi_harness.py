@@ -59,8 +59,8 @@ def make_model(tokenizer_dir: str, out_dir: str, seed: int = 0) -> None:
         keep[sorted(favoured)] = True
         emb[~keep] = 0.0
         emb[keep] = torch.randn(int(keep.sum()), emb.shape[1]) * 0.3
-        for eid in _eos_ids(tok):
-            emb[eid] = torch.randn(emb.shape[1]) * 0.3  # as likely as a favoured id
+        for sid in set(_eos_ids(tok)) | set(_specials(tok)):
+            emb[sid] = torch.randn(emb.shape[1]) * 0.6  # more often in the top k: requests end
     model.save_pretrained(out_dir, safe_serialization=True)
     tok.save_pretrained(out_dir)
 
@@ -71,7 +71,7 @@ def _eos_ids(tok: Any) -> list[int]:
 
 def favoured_ids(tok: Any) -> set[int]:
     """Ids that decode alone to U+FFFD (at most 300), ids of FAVOURED_TEXT, EOS, and
-    special tokens that are not BOS (at most 4)."""
+    special tokens that are not BOS (at most 4; these and EOS with larger rows)."""
     n = len(tok)
     texts = tok.batch_decode([[i] for i in range(n)])
     pieces = [i for i, t in enumerate(texts) if "\ufffd" in t]
@@ -79,9 +79,12 @@ def favoured_ids(tok: Any) -> set[int]:
     ids = set(pieces[::step][:300])
     ids.update(tok(FAVOURED_TEXT, add_special_tokens=False)["input_ids"])
     ids.update(_eos_ids(tok))
-    specials = [i for i in tok.all_special_ids if i != tok.bos_token_id and i < n]
-    ids.update(specials[:4])
+    ids.update(_specials(tok))
     return ids
+
+
+def _specials(tok: Any) -> list[int]:
+    return [i for i in tok.all_special_ids if i != tok.bos_token_id and i < len(tok)][:4]
 
 
 # --- TGI's loop, as its router drives it ----------------------------------------------
@@ -184,24 +187,28 @@ def corpus(tok: Any, texts: dict[int, str] | None) -> list[list[Any]]:
     specials = [t for t in tok.all_special_tokens if t not in (tok.bos_token, tok.eos_token)]
     waves: list[list[Any]] = []
     rid = 0
-    for wave in range(3):
+    for _wave in range(3):
         reqs = []
-        for k in range(8):
+        for _k in range(8):
             rid += 1
-            stops: list[str] = []
-            text = (texts or {}).get(rid, "")
-            if texts is not None and rid % 4 == 1 and len(text) > 4:
-                mid = len(text) // 2
-                stops = [text[mid:mid + 2]]
-            elif texts is not None and rid % 4 == 2:
-                wide = [ch for ch in text if len(ch.encode()) > 1 and ch != "\ufffd"]
-                stops = [wide[len(wide) // 2]] if wide else []
-            elif texts is not None and rid % 4 == 3 and specials:
-                stops = [specials[rid % len(specials)]]
+            stops = [] if texts is None else _stops(rid, texts.get(rid, ""), specials)
             reqs.append(request_pb(rid, PROMPTS[rid % len(PROMPTS)], max_new_tokens=8 + (rid * 7) % 33,
                                    stops=stops, seed=1000 + rid, ignore_eos=rid % 5 == 0))
         waves.append(reqs)
     return waves
+
+
+def _stops(rid: int, text: str, specials: list[str]) -> list[str]:
+    text = text.replace("\ufffd", "")  # a stop string as a user writes one
+    if rid % 4 == 1 and len(text) > 4:
+        mid = len(text) // 2
+        return [text[mid:mid + 2]]
+    if rid % 4 == 2:
+        wide = [ch for ch in text if len(ch.encode()) > 1]
+        return [wide[len(wide) // 2]] if wide else []
+    if rid % 4 == 3 and specials:
+        return [specials[rid % len(specials)]]
+    return []
 
 
 def loop(model_dir: str, out_json: str) -> None:
