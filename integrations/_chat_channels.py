@@ -103,7 +103,7 @@ class Channels:
 
     def _push(self, ids: Sequence[int]) -> Any:
         try:
-            return self.state.push(list(ids))
+            return self.state.push(ids[0] if len(ids) == 1 else list(ids))
         except TokenIdError:
             pass
         # An id the tokenizer does not know (a padded vocabulary): skipped, as the decode does.

@@ -1,0 +1,158 @@
+"""vLLM's chat layer per token, with tags and four stops: stock parsers + stock detokenizer
+against detok's parsers + detok's detokenizer, on the same replayed outputs.
+
+Each of ``--requests`` requests (default 256) is a Qwen3 reply with a reasoning block, an
+answer and a Hermes tool call, in English, Chinese, Japanese or emoji text, tokenized by the
+real Qwen3 tokenizer; every request carries the same four stop strings, which never occur
+(each stream runs to its end and every token pays for the stop check). One engine step
+gives every live request one id. What is timed, per step: vLLM's real
+``OutputProcessor.process_outputs`` (the detokenizer) and, for each output, vLLM's real
+``ChatStreamProcessor.step`` (the parser, as ``OpenAIServingChat`` streams it):
+
+* ``stock``: ``DETOK_PLUGIN=0``, ``--reasoning-parser qwen3 --tool-call-parser hermes``;
+* ``detok``: ``DETOK_PLUGIN=1``, ``--reasoning-parser detok_qwen3 --tool-call-parser detok_qwen3``.
+
+Requests are built and added untimed; then the two replays alternate (``--repeats``
+times after a warm-up pair), each replay's steps timed with ``perf_counter_ns``; the figure
+is the median replay's nanoseconds per token, and the ratio the median of per-pair ratios.
+Both replays' reasoning, content and tool calls are checked equal before timing.
+
+Run: ``.venv/bin/python benchmarks/bench_vllm_chat.py [--requests 256] [--repeats 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+from _common import PARAGRAPHS, table, tokenizer_zoo
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor
+from vllm.parser import ParserManager
+from vllm.tokenizers.hf import get_cached_tokenizer
+from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
+from vllm.v1.engine.output_processor import OutputProcessor
+
+from detok_plugin.integrations import vllm as shim
+
+STOPS = ["<|end_of_answer|>", "\n\nUser:", "###", "STOP!"]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+PROMPT = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+CONFIGS = {"stock": (False, "qwen3", "hermes"), "detok": (True, "detok_qwen3", "detok_qwen3")}
+
+
+def replies(tok: Any, n: int) -> list[list[int]]:
+    """``n`` replies: reasoning, answer and a tool call, languages rotating."""
+    langs = list(PARAGRAPHS)
+    out = []
+    for i in range(n):
+        text = PARAGRAPHS[langs[i % len(langs)]]
+        args = json.dumps({"city": "東京", "note": PARAGRAPHS[langs[(i + 1) % len(langs)]][:60]}, ensure_ascii=False)
+        reply = f"<think>{text}</think>\n\n{text}<tool_call>\n{{\"name\": \"get_weather\", \"arguments\": {args}}}\n</tool_call>"
+        out.append(list(tok.encode(reply, add_special_tokens=False)))
+    return out
+
+
+class Replay:
+    """One configuration's OutputProcessor and per-request chat processors, built untimed."""
+
+    def __init__(self, tok: Any, name: str, outs: list[list[int]]) -> None:
+        self.plugin, r_name, t_name = CONFIGS[name]
+        self.tok, self.outs = tok, outs
+        with _switch(self.plugin):
+            self.parser_cls = ParserManager.get_parser(
+                tool_parser_name=t_name, reasoning_parser_name=r_name, enable_auto_tools=True, tokenizer=tok
+            )
+            self.op = OutputProcessor(tok, log_stats=False)
+            self.procs: dict[str, ChatStreamProcessor] = {}
+            prompt = list(tok.encode(PROMPT, add_special_tokens=False))
+            for i in range(len(outs)):
+                request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
+                                                tools=TOOLS, stop=STOPS, stream=True)
+                parser = self.parser_cls(tok, request.tools)
+                request = parser.adjust_request(request)
+                self.op.add_request(EngineCoreRequest(
+                    request_id=f"r{i}", external_req_id=f"r{i}", prompt_token_ids=prompt, mm_features=None,
+                    sampling_params=request.to_sampling_params(10_000, {}), pooling_params=None,
+                    arrival_time=0.0, lora_request=None, cache_salt=None, data_parallel_rank=None,
+                ), None)
+                self.procs[f"r{i}"] = ChatStreamProcessor(request, parser, enable_auto_tools=True, parser_cls=self.parser_cls)
+        longest = max(map(len, outs))
+        self.steps = [
+            [EngineCoreOutput(request_id=f"r{i}", new_token_ids=o[s : s + 1],
+                              finish_reason=FinishReason.LENGTH if s + 1 == len(o) else None)
+             for i, o in enumerate(outs) if s < len(o)]
+            for s in range(longest)
+        ]
+        self.seen: dict[str, list[Any]] = {rid: [] for rid in self.procs}
+
+    def run(self) -> float:
+        """The replay, timed: seconds for every step (detokenizer and parser)."""
+        op, procs, seen = self.op, self.procs, self.seen
+        with _switch(self.plugin):
+            gc.collect()
+            t0 = time.perf_counter_ns()
+            for outputs in self.steps:
+                for ro in op.process_outputs(outputs).request_outputs:
+                    co = ro.outputs[0]
+                    seen[ro.request_id].append(procs[ro.request_id].step(co.text, list(co.token_ids), co.finish_reason, ro.prompt_token_ids).delta)
+            return (time.perf_counter_ns() - t0) / 1e9
+
+    def joined(self) -> dict[str, tuple[str, str, str]]:
+        out = {}
+        for rid, deltas in self.seen.items():
+            ds = [d for d in deltas if d is not None]
+            args = "".join(tc.function.arguments or "" for d in ds for tc in d.tool_calls if tc.function)
+            out[rid] = ("".join(d.reasoning or "" for d in ds), "".join(d.content or "" for d in ds).strip(), args)
+        return out
+
+
+class _switch:
+    """The plugin on or off through its real entry point, for building and replaying."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+
+    def __enter__(self) -> None:
+        os.environ["DETOK_PLUGIN"] = "1" if self.on else "0"
+        shim.register()
+
+    def __exit__(self, *exc: object) -> None:
+        shim.unregister()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--requests", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    tok = get_cached_tokenizer(tokenizer_zoo.load("qwen3"))
+    outs = replies(tok, args.requests)
+    tokens = sum(map(len, outs))
+    times: dict[str, list[float]] = {k: [] for k in CONFIGS}
+    checked = False
+    for rep in range(args.repeats + 1):
+        replays = {k: Replay(tok, k, outs) for k in CONFIGS}  # untimed: requests added fresh
+        order = list(CONFIGS) if rep % 2 == 0 else list(reversed(CONFIGS))
+        for k in order:
+            t = replays[k].run()
+            if rep:  # the first pair is the warm-up
+                times[k].append(t)
+        if not checked:
+            a, b = (replays[k].joined() for k in CONFIGS)
+            assert a == b, "stock and detok disagree on these replies"
+            checked = True
+    ratios = [d / s for s, d in zip(times["stock"], times["detok"])]
+    rows = [(k, f"{statistics.median(v) / tokens * 1e9:,.0f}") for k, v in times.items()]
+    print(f"{args.requests} requests, {tokens} tokens, stops {STOPS!r}, Qwen3 with <think> and <tool_call>")
+    print(table(rows, ("config", "ns/token (detokenizer + chat parser)")))
+    print(f"detok / stock: {statistics.median(ratios):.2f}x (target <= 0.5x)")
+
+
+if __name__ == "__main__":
+    main()
