@@ -137,6 +137,7 @@ class Chat:
 def chat(
     fam: Family, out: Sequence[int], *, step: int = 1, stop: list[str] | None = None,
     plugin: bool = True, names: tuple[str | None, str] | None = None, tools: bool = True,
+    prompt: str | None = None, **fields: Any,
 ) -> Chat:
     """Replay ``out`` through OutputProcessor and the chat layer; return what was streamed."""
     tok = tokenizer(fam.tokenizer)
@@ -146,12 +147,15 @@ def chat(
         shim.register()
         vllm_chat.register_chat_parsers()  # the names, also with the detokenizer off
         try:
-            return _replay(fam, tok, out, step, stop, names or fam.names, tools)
+            return _replay(fam, tok, out, step, stop, names or fam.names, tools, prompt or fam.prompt, fields)
         finally:
             shim.unregister()
 
 
-def _replay(fam: Family, tok: Any, out: Sequence[int], step: int, stop: Any, names: Any, tools: bool) -> Chat:
+def _replay(
+    fam: Family, tok: Any, out: Sequence[int], step: int, stop: Any, names: Any, tools: bool, prompt_text: str,
+    fields: dict[str, Any],
+) -> Chat:
     r_name, t_name = names
     parser_cls = ParserManager.get_parser(
         tool_parser_name=t_name, reasoning_parser_name=r_name, enable_auto_tools=True, tokenizer=tok
@@ -159,12 +163,12 @@ def _replay(fam: Family, tok: Any, out: Sequence[int], step: int, stop: Any, nam
     assert parser_cls is not None
     request = ChatCompletionRequest(
         model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS if tools else None,
-        stop=stop, stream=True,
+        stop=stop, stream=True, **fields,
     )
     parser = parser_cls(tok, request.tools)
     request = parser.adjust_request(request)  # as vLLM's renderer does before sampling
     params = request.to_sampling_params(10_000, {})
-    prompt = enc(tok, fam.prompt)
+    prompt = enc(tok, prompt_text)
     op = OutputProcessor(tok, log_stats=False)
     op.add_request(EngineCoreRequest(
         request_id="r", external_req_id="r", prompt_token_ids=prompt, mm_features=None,
@@ -395,6 +399,47 @@ def test_non_streaming_parse_equals_the_stream() -> None:
     want = oracle(fam, out)
     assert reasoning == want.reasoning and (content or "").strip() == want.content.strip()
     assert [(c.name, json.loads(c.arguments)) for c in calls or ()] == want.calls
+
+
+def test_a_prompt_that_opens_the_reasoning_starts_the_reply_in_it() -> None:
+    """DeepSeek R1's template ends in ``<think>\n``: the reply starts inside reasoning."""
+    fam = FAMILIES["deepseek_r1"]
+    tok = tokenizer(fam.tokenizer)
+    out = enc(tok, "Hmm, 東京.") + enc(tok, "</think>") + enc(tok, "Answer.")
+    seen = chat(fam, out, prompt=fam.prompt + "<think>\n")
+    assert seen.joined("reasoning") == "Hmm, 東京." and seen.joined("content") == "Answer."
+
+
+def test_include_reasoning_false_sends_no_reasoning() -> None:
+    fam = FAMILIES["qwen3"]
+    out = answer(fam)
+    seen = chat(fam, out, include_reasoning=False)
+    want = oracle(fam, out)
+    assert seen.joined("reasoning") == "" and seen.joined("content").strip() == want.content.strip()
+    assert seen.calls() == want.calls
+
+
+def test_tool_choice_none_leaves_the_call_as_text() -> None:
+    fam = FAMILIES["qwen3"]
+    tok = tokenizer(fam.tokenizer)
+    out = answer(fam)
+    seen = chat(fam, out, tool_choice="none")
+    prompt = enc(tok, fam.prompt)
+    decoded = tok.decode(prompt + out)[len(tok.decode(prompt)) :]
+    assert not seen.calls()
+    assert seen.joined("content") == decoded[decoded.index("</think>") + len("</think>") :]
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_two_calls_in_one_reply_get_two_indexes(step: int) -> None:
+    fam = FAMILIES["qwen3"]
+    tok = tokenizer(fam.tokenizer)
+    second = {"city": "Paris"}
+    out = answer(fam) + enc(tok, "\n<tool_call>") + enc(tok, fam.body("get_weather", second)) + enc(tok, "</tool_call>")
+    seen = chat(fam, out, step=step)
+    assert seen.calls() == [("get_weather", ARGS), ("get_weather", second)]
+    ids = [tc.id for d in seen.deltas if d for tc in d.tool_calls if tc.id]
+    assert len(ids) == len(set(ids)) == 2
 
 
 # --- vLLM's own parsers, on the same outputs -------------------------------------------
