@@ -63,7 +63,7 @@ class Channels:
 
     def __init__(self, parser: Any, request: Any, prompt: Sequence[int], *, streaming: bool = True) -> None:
         tags = _live_tags(parser, request)
-        self.tags = tags
+        self.tags: TagSet = tags if tags is not None else TagSet()  # no tags: no tool calls come
         self.parser = parser
         self.streaming = streaming
         self.state = DetokenizerState.from_tokenizer(
@@ -107,7 +107,9 @@ class Channels:
         except TokenIdError:
             pass
         # An id the tokenizer does not know (a padded vocabulary): skipped, as the decode does.
-        text, reasoning, calls = [], [], []
+        text: list[str] = []
+        reasoning: list[str] = []
+        calls: list[Any] = []
         for tid in ids:
             if self.state.finished:
                 break
@@ -157,7 +159,7 @@ class Channels:
         self.body_open = True
         self.base = self.sent
         self.body = []
-        self.reader = BodyReader(self.tags.tool_format)  # type: ignore[arg-type]
+        self.reader = BodyReader(self.tags.tool_format)
 
     def _complete(self, call: Any, parts: Parts, at_end: bool) -> None:
         if not self.body_open:
@@ -241,4 +243,4 @@ def _detokenizer_is_ours() -> bool:
     """Whether this process's vLLM detokenizer is the plugin's (which reads the tags)."""
     from detok_plugin.integrations.vllm import is_registered
 
-    return is_registered()
+    return bool(is_registered())

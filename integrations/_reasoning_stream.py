@@ -21,7 +21,7 @@ This module imports no vLLM.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from detok_plugin import DetokenizerState, TagSet, TokenIdError
@@ -67,27 +67,31 @@ class ReasoningAwareStream:
 
     __slots__ = ("_state", "token_ids", "finish_reason", "stop_reason", "_on_unknown")
 
-    @classmethod
-    def from_tokenizer(
-        cls, tokenizer: Any, *, tags: TagSet, on_unknown_id: Any = None, **options: Any
-    ) -> "ReasoningAwareStream":
-        self = cls.__new__(cls)
-        self._state = DetokenizerState.from_tokenizer(
-            tokenizer, tags=tags, reasoning="inline", stop_in_reasoning=False, keep_log=False, **options
-        )
+    def __init__(self, state: DetokenizerState, on_unknown_id: Callable[[TokenIdError], None] | None = None) -> None:
+        self._state = state
         self.token_ids: list[int] = []
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
         self._on_unknown = on_unknown_id
-        return self
+
+    @classmethod
+    def from_tokenizer(
+        cls, tokenizer: Any, *, tags: TagSet, on_unknown_id: Callable[[TokenIdError], None] | None = None, **options: Any
+    ) -> ReasoningAwareStream:
+        """Start a stream; ``options`` are ``DetokenizerState.from_tokenizer``'s (prompt,
+        skip flags, stops, ...), as the vLLM adapter passes them to ``ServingStream``."""
+        state = DetokenizerState.from_tokenizer(
+            tokenizer, tags=tags, reasoning="inline", stop_in_reasoning=False, keep_log=False, **options
+        )
+        return cls(state, on_unknown_id)
 
     @property
     def finished(self) -> bool:
-        return self._state.finished  # type: ignore[no-any-return]
+        return bool(self._state.finished)
 
     @property
     def path(self) -> str:
-        return self._state.path  # type: ignore[no-any-return]
+        return str(self._state.path)
 
     def push_text(self, token_id: int) -> str:
         """Add one id; return the text it released (reasoning included, inline)."""
@@ -103,7 +107,7 @@ class ReasoningAwareStream:
         self.token_ids.append(token_id)
         self.finish_reason = delta.finish_reason
         self.stop_reason = delta.stop_reason
-        return delta.text  # type: ignore[no-any-return]
+        return str(delta.text)
 
     def push(self, ids: Sequence[int]) -> Step:
         """Add several ids, one by one, up to a stop."""

@@ -113,7 +113,8 @@ class DetokChatParser(Parser):
         if self._chat is None:
             prompt = prompt_token_ids if prompt_token_ids is not None else self._prompt
             self._chat = Channels(self, request, prompt or ())
-        return self._chat.step(delta_token_ids, finished).message(request)
+        message: DeltaMessage | None = self._chat.step(delta_token_ids, finished).message(request)
+        return message
 
     def parse(
         self,
@@ -257,7 +258,7 @@ def register_chat_parsers() -> bool:
         current = ParserManager.__dict__["_compose_parser"]
         if current.__func__ is not _wrapped_compose:
             _ComposeHook.stock = current
-            ParserManager._compose_parser = classmethod(_wrapped_compose)
+            setattr(ParserManager, "_compose_parser", classmethod(_wrapped_compose))  # noqa: B010
     return True
 
 
@@ -265,5 +266,5 @@ def unregister_chat_parsers() -> None:
     """Put vLLM's ``_compose_parser`` back (the registered names stay, inert)."""
     with _ComposeHook.lock:
         if _ComposeHook.stock is not None:
-            ParserManager._compose_parser = _ComposeHook.stock
+            setattr(ParserManager, "_compose_parser", _ComposeHook.stock)  # noqa: B010
             _ComposeHook.stock = None
