@@ -8,6 +8,7 @@ preset     reasoning                tool call                      body format
 qwen3      ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` Hermes JSON object
 hermes     (same as qwen3)
 deepseek_r1 ``<think>``/``</think>`` ``<｜tool▁calls▁begin｜>`` ...  DeepSeek call blocks
+deepseek_v31 (same as deepseek_r1)  (same as deepseek_r1)          ``NAME<｜tool▁sep｜>{args}``
 mistral    none                     ``[TOOL_CALLS]`` to the end      JSON list of calls
 llama3     none                     ``<|python_tag|>`` to the end    JSON object
 ========== ======================== ============================== =====================
@@ -24,7 +25,7 @@ from typing import Any, Literal
 
 __all__ = ["TagSet", "ToolCall", "parse_tool_body"]
 
-ToolFormat = Literal["hermes", "mistral", "llama3", "deepseek"]
+ToolFormat = Literal["hermes", "mistral", "llama3", "deepseek", "deepseek_v31"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,9 @@ _PRESETS = {
     "hermes": TagSet("hermes", "<think>", "</think>", "<tool_call>", "</tool_call>", "hermes"),
     "deepseek_r1": TagSet(
         "deepseek_r1", "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "deepseek"
+    ),
+    "deepseek_v31": TagSet(
+        "deepseek_v31", "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "deepseek_v31"
     ),
     "mistral": TagSet("mistral", None, None, "[TOOL_CALLS]", None, "mistral"),
     "llama3": TagSet("llama3", None, None, "<|python_tag|>", None, "llama3"),
@@ -110,6 +114,19 @@ def _deepseek_calls(body: str) -> list[tuple[str, str]]:
     return calls
 
 
+def _deepseek_v31_calls(body: str) -> list[tuple[str, str]]:
+    """DeepSeek V3.1: ``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{args}<｜tool▁call▁end｜>`` per call."""
+    calls = []
+    for block in body.split("<｜tool▁call▁begin｜>")[1:]:
+        name, sep, args = block.split("<｜tool▁call▁end｜>")[0].partition("<｜tool▁sep｜>")
+        if not sep:
+            raise ValueError("a DeepSeek V3.1 tool call needs <｜tool▁sep｜>")
+        calls.append((name.strip(), _args_json(json.loads(args))))
+    if not calls:
+        raise ValueError("no <｜tool▁call▁begin｜> block in the body")
+    return calls
+
+
 def parse_tool_body(body: str, fmt: ToolFormat) -> list[tuple[str, str]]:
     """Parse a finished tool-call body into ``[(name, arguments_json), ...]``.
 
@@ -120,6 +137,8 @@ def parse_tool_body(body: str, fmt: ToolFormat) -> list[tuple[str, str]]:
     """
     if fmt == "deepseek":
         return _deepseek_calls(body)
+    if fmt == "deepseek_v31":
+        return _deepseek_v31_calls(body)
     obj = json.loads(body)
     if fmt == "mistral":
         items = obj if isinstance(obj, list) else [obj]

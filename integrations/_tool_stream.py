@@ -22,7 +22,8 @@ Rules, so that what was sent is never wrong:
 
 Formats: ``hermes`` (one object, ``arguments``), ``llama3`` (one object, ``parameters``),
 ``mistral`` (a list of objects), ``deepseek`` (``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME``
-then a fenced JSON block, once per call).
+then a fenced JSON block, once per call), ``deepseek_v31`` (``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>``
+then the JSON, once per call).
 
 >>> r = BodyReader("hermes")
 >>> r.feed('{"name": "get_weather", "arg')
@@ -61,7 +62,7 @@ class BodyReader:
 
     __slots__ = ("fmt", "buf", "pos", "calls", "args", "done", "_depth", "_in_str", "_esc", "_open", "_key", "_dead")
 
-    def __init__(self, fmt: Literal["hermes", "llama3", "mistral", "deepseek"]) -> None:
+    def __init__(self, fmt: Literal["hermes", "llama3", "mistral", "deepseek", "deepseek_v31"]) -> None:
         self.fmt = fmt
         self.buf = ""
         self.pos = 0  # scanned up to here
@@ -86,6 +87,8 @@ class BodyReader:
                 self._scan_args(events)
             elif self.fmt == "deepseek":
                 self._deepseek_head(events)
+            elif self.fmt == "deepseek_v31":
+                self._deepseek_v31_head(events)
             else:
                 self._json_head(events)
             if (self.pos, self.calls, self._open) == before:
@@ -147,7 +150,7 @@ class BodyReader:
 
     def _scan_args(self, events: list[Event]) -> None:
         """Send the arguments value up to what arrived; close it at its last bracket."""
-        if self.fmt == "deepseek":
+        if self.fmt in ("deepseek", "deepseek_v31"):
             self._deepseek_args(events)
             return
         buf, pos, start = self.buf, self.pos, self.pos
@@ -198,9 +201,24 @@ class BodyReader:
         self.done.append(False)
         self._open = True
 
+    def _deepseek_v31_head(self, events: list[Event]) -> None:
+        """V3.1: ``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>`` then the JSON arguments."""
+        buf = self.buf
+        at = buf.find(_DS_CALL, self.pos)
+        sep = buf.find(_DS_SEP, at) if at >= 0 else -1
+        if sep < 0:
+            return
+        self.pos = sep + len(_DS_SEP)
+        events.append((self.calls, buf[at + len(_DS_CALL) : sep].strip(), ""))
+        self.calls += 1
+        self.args.append("")
+        self.done.append(False)
+        self._open = True
+
     def _deepseek_args(self, events: list[Event]) -> None:
         buf, pos = self.buf, self.pos
-        ends = [i for i in (buf.find(c, pos) for c in _DS_CLOSERS) if i >= 0]
+        closers = _DS_CLOSERS if self.fmt == "deepseek" else (_DS_END,)
+        ends = [i for i in (buf.find(c, pos) for c in closers) if i >= 0]
         if ends:
             end = min(ends)
             self._send(buf[pos:end], events)
@@ -209,7 +227,7 @@ class BodyReader:
             self.done[-1] = True
             return
         # Hold a suffix that may become a closer.
-        hold = max((k for c in _DS_CLOSERS for k in range(1, len(c)) if buf.endswith(c[:k])), default=0)
+        hold = max((k for c in closers for k in range(1, len(c)) if buf.endswith(c[:k])), default=0)
         end = len(buf) - hold
         if end > pos:
             self._send(buf[pos:end], events)

@@ -55,6 +55,8 @@ class Family:
 
     def body(self, name: str, args: dict[str, Any]) -> str:
         a = json.dumps(args, ensure_ascii=False)
+        if self.names[1] == "detok_deepseek_v31":
+            return f"<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{a}<｜tool▁call▁end｜>"
         if self.tokenizer == "deepseek_v3":
             return f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{a}\n```<｜tool▁call▁end｜>"
         if self.tokenizer == "mistral_v1":
@@ -65,6 +67,9 @@ class Family:
 
     def calls_in(self, body: str) -> list[tuple[str, Any]]:
         """The oracle's parse of a tool body (by format, with the standard library)."""
+        if self.names[1] == "detok_deepseek_v31":
+            name, _, rest = body.partition("<｜tool▁call▁begin｜>")[2].partition("<｜tool▁sep｜>")
+            return [(name, json.loads(rest.partition("<｜tool▁call▁end｜>")[0]))]
         if self.tokenizer == "deepseek_v3":
             head, _, rest = body.partition("<｜tool▁sep｜>")
             name, _, rest = rest.partition("\n")
@@ -81,6 +86,9 @@ FAMILIES = {
     "deepseek_r1": Family("deepseek_v3", ("detok_deepseek_r1", "detok_deepseek_r1"), ("deepseek_r1", "deepseek_v3"),
                           "<｜User｜>hi<｜Assistant｜>", ("<think>", "</think>"),
                           ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")),
+    "deepseek_v31": Family("deepseek_v3", ("detok_deepseek_v31", "detok_deepseek_v31"), ("deepseek_r1", "deepseek_v31"),
+                           "<｜User｜>hi<｜Assistant｜>", ("<think>", "</think>"),
+                           ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")),
     "mistral": Family("mistral_v1", (None, "detok_mistral"), None, "[INST] hi [/INST]", None, ("[TOOL_CALLS]", "")),
     "llama3": Family("llama3", (None, "detok_llama3"), (None, "llama3_json"),
                      "<|start_header_id|>assistant<|end_header_id|>\n\n", None, ("<|python_tag|>", "")),
@@ -464,6 +472,7 @@ AGREE = [
     pytest.param("qwen3", 1, id="qwen3-1-per-step"),
     pytest.param("qwen3", 3, id="qwen3-3-per-step"),
     pytest.param("deepseek_r1", 1, id="deepseek_r1-1-per-step"),
+    pytest.param("deepseek_v31", 1, id="deepseek_v31-1-per-step"),
     pytest.param("llama3", 1, id="llama3-1-per-step"),
     pytest.param("llama3", 3, id="llama3-3-per-step"),
 ]
