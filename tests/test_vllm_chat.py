@@ -25,6 +25,9 @@ import pytest
 
 pytest.importorskip("vllm.parser.abstract_parser", reason="vLLM 0.32+ is not installed: pip install detok-plugin[vllm]")
 
+import tokenizer_zoo  # noqa: E402
+from detok_plugin.integrations import vllm as shim  # noqa: E402
+from detok_plugin.integrations import vllm_chat  # noqa: E402
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
 from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor  # noqa: E402
 from vllm.parser import ParserManager  # noqa: E402
@@ -32,10 +35,7 @@ from vllm.tokenizers.hf import get_cached_tokenizer  # noqa: E402
 from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest, FinishReason  # noqa: E402
 from vllm.v1.engine.output_processor import OutputProcessor  # noqa: E402
 
-import tokenizer_zoo  # noqa: E402
 from detok_plugin import build_table  # noqa: E402
-from detok_plugin.integrations import vllm as shim  # noqa: E402
-from detok_plugin.integrations import vllm_chat  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
@@ -71,7 +71,7 @@ class Family:
             name, _, rest = body.partition("<｜tool▁call▁begin｜>")[2].partition("<｜tool▁sep｜>")
             return [(name, json.loads(rest.partition("<｜tool▁call▁end｜>")[0]))]
         if self.tokenizer == "deepseek_v3":
-            head, _, rest = body.partition("<｜tool▁sep｜>")
+            _head, _, rest = body.partition("<｜tool▁sep｜>")
             name, _, rest = rest.partition("\n")
             return [(name, json.loads(rest.split("```json\n")[1].split("\n```")[0]))]
         obj = json.loads(body)
