@@ -185,7 +185,7 @@ STOCK_WRONG = {
     "final_text_differs_from_decode": (_stock_final_differs, NAMES),
     "stop_text_kept": (_stop_text_kept, NAMES),
     "stop_missed": (_stop_missed, ("qwen3", "smollm2")),
-    "special_token_text_streamed": (_special_text_streamed, ("qwen3", "smollm2")),
+    "special_token_text_streamed": (_special_text_streamed, NAMES),
     "stream_differs_from_final": (_stream_differs_from_final, NAMES),
 }
 

@@ -137,8 +137,8 @@ def drive(model: Any, waves: list[list[Any]], every: int = 3) -> dict[int, dict[
                 pb.Batch(id=batch_id, requests=requests, size=len(requests)),
                 model.tokenizer, torch.float32, model.device,
             )
-            for r, c in zip(new.requests, new.stopping_criterias):
-                refs[r.id] = (weakref.ref(c), c)
+            # (a comprehension: a loop variable would keep the last criteria alive)
+            refs.update({r.id: (weakref.ref(c), c) for r, c in zip(new.requests, new.stopping_criterias)})
             gens, new, _ = model.generate_token(new)  # prefill
             new = _record_and_filter(gens, new, out, refs)
             if running is not None and new is not None:
@@ -199,15 +199,19 @@ def corpus(tok: Any, texts: dict[int, str] | None) -> list[list[Any]]:
 
 
 def _stops(rid: int, text: str, specials: list[str]) -> list[str]:
-    text = text.replace("\ufffd", "")  # a stop string as a user writes one
-    if rid % 4 == 1 and len(text) > 4:
-        mid = len(text) // 2
-        return [text[mid:mid + 2]]
+    """Request ``rid``'s stops, from a first run's ``text``: characters the output really
+    has (a run between U+FFFD, which a user would not write)."""
+    runs = [r for r in text.split("\ufffd") if r.strip()]
+    if rid % 4 == 1 and runs:
+        run = runs[len(runs) // 2]
+        return [run[len(run) // 2:len(run) // 2 + 2]]
     if rid % 4 == 2:
-        wide = [ch for ch in text if len(ch.encode()) > 1]
+        wide = [ch for ch in text if len(ch.encode()) > 1 and ch != "\ufffd"]
         return [wide[len(wide) // 2]] if wide else []
     if rid % 4 == 3 and specials:
         return [specials[rid % len(specials)]]
+    if rid % 8 == 4 and runs:
+        return [runs[0][:2]]
     return []
 
 
