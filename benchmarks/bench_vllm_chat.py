@@ -31,14 +31,13 @@ import time
 from typing import Any
 
 from _common import PARAGRAPHS, table, tokenizer_zoo
+from detok_plugin.integrations import vllm as shim
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor
 from vllm.parser import ParserManager
 from vllm.tokenizers.hf import get_cached_tokenizer
 from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
 from vllm.v1.engine.output_processor import OutputProcessor
-
-from detok_plugin.integrations import vllm as shim
 
 STOPS = ["<|end_of_answer|>", "\n\nUser:", "###", "STOP!"]
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]

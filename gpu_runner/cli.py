@@ -23,8 +23,8 @@ exit with status 2.
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import sys
 import unicodedata
 from collections.abc import Sequence

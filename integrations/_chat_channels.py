@@ -17,11 +17,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from detok_plugin.integrations._tool_stream import BodyReader
 from vllm.entrypoints.generate.base.protocol import DeltaFunctionCall, DeltaMessage, DeltaToolCall
 from vllm.renderers.chat_utils import make_tool_call_id
 
 from detok_plugin import DetokenizerState, TagSet, TokenIdError
-from detok_plugin.integrations._tool_stream import BodyReader
 
 __all__ = ["Channels", "Parts"]
 

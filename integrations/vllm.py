@@ -54,8 +54,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from detok_plugin import ServingStream, TokenIdError
 from detok_plugin.integrations._reasoning_stream import ReasoningAwareStream, reasoning_tags
+
+from detok_plugin import ServingStream, TokenIdError
 
 __all__ = [
     "PLUGIN_NAME",
@@ -95,7 +96,7 @@ class Settings:
     source: str
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read ``DETOK_PLUGIN`` and ``VLLM_PLUGINS`` (the only place either is read)."""
         env = os.environ if environ is None else environ
         raw = env.get("DETOK_PLUGIN", "").strip().lower()

@@ -33,8 +33,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from detok_plugin import TagSet
 from detok_plugin.integrations._reasoning_stream import REASONING_TAGS_KEY
+
+from detok_plugin import TagSet
 
 try:
     from vllm.entrypoints.generate.base.protocol import DeltaMessage, FunctionCall
