@@ -52,8 +52,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 import threading
@@ -63,6 +61,8 @@ from collections.abc import Iterable, Sequence
 from queue import Queue
 from types import ModuleType
 from typing import Any, Literal
+
+from detok_plugin.integrations._import_hook import PTH_ACTIONS, ImportHook, manage_pth
 
 from detok_plugin import Delta, DetokenizerState, TagSet
 
@@ -608,6 +608,10 @@ def _patch(streamers: ModuleType) -> None:
                 setattr(module, name, cls)
 
 
+#: Waits, costing nothing, for transformers' streamers to be imported (DETOK_PLUGIN=1).
+_HOOK = ImportHook(_STREAMERS, _patch)
+
+
 def install() -> None:
     """Make transformers' own streamer names build ours, for every later lookup.
 
@@ -631,7 +635,7 @@ def uninstall() -> bool:
     installed keep ours as their base.
     """
     with _lock:
-        undone = _remove_finder()
+        undone = _HOOK.disarm()
         if _originals:
             for module in _namespaces():
                 for name, cls in _originals.items():
@@ -646,56 +650,10 @@ def installed() -> bool:
     return bool(_originals)
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    """Runs the real loader of ``transformers.generation.streamers``, then patches it."""
-
-    def __init__(self, loader: Any) -> None:
-        self._loader = loader
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        _remove_finder()
-        _patch(module)
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_filename ... for tracebacks
-        return getattr(self._loader, name)
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Waits, costing nothing, for ``transformers.generation.streamers`` to be imported."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != _STREAMERS:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = _PatchingLoader(spec.loader)
-                return spec
-        return None
-
-
-def _remove_finder() -> bool:
-    found = [f for f in sys.meta_path if isinstance(f, _PatchOnImport)]
-    for f in found:
-        sys.meta_path.remove(f)
-    return bool(found)
-
-
 def _arm() -> None:
     """Patch now if transformers' streamers are loaded, else when they are first imported."""
     with _lock:
-        module = sys.modules.get(_STREAMERS)
-        if module is not None:
-            _patch(module)
-        elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-            sys.meta_path.insert(0, _PatchOnImport())
+        _HOOK.arm()
 
 
 def _startup() -> None:
@@ -727,23 +685,14 @@ def _main(argv: Sequence[str] | None = None) -> int:
         prog="python -m detok_plugin.integrations.transformers",
         description=f"Manage the one-line .pth file that makes {ENV_FLAG}=1 switch transformers' streamers to ours.",
     )
-    parser.add_argument("action", choices=("install-pth", "remove-pth", "show-pth"))
+    parser.add_argument("action", choices=PTH_ACTIONS)
     parser.add_argument(
         "--site-dir", type=Path, default=Path(sysconfig.get_paths()["purelib"]),
         help="site-packages directory to write to (default: this interpreter's purelib)",
     )
     args = parser.parse_args(argv)
-    target = args.site_dir / PTH_NAME
-    if args.action == "show-pth":
-        print(f"{target}\n{PTH_LINE}")
-    elif args.action == "install-pth":
-        target.write_text(PTH_LINE + "\n", encoding="utf-8")
-        print(f"wrote {target}; {ENV_FLAG}=1 now switches transformers' streamers to detok-plugin's")
-    else:
-        existed = target.exists()
-        target.unlink(missing_ok=True)
-        print(f"removed {target}" if existed else f"nothing to remove at {target}")
-    return 0
+    what = f"{ENV_FLAG}=1 now switches transformers' streamers to detok-plugin's"
+    return manage_pth(args.action, args.site_dir / PTH_NAME, PTH_LINE, what)
 
 
 if __name__ == "__main__":
