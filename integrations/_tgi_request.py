@@ -256,12 +256,15 @@ def special_stop_ids(tokenizer: Any, stops: Sequence[str]) -> tuple[int, ...]:
     >>> special_stop_ids(object(), ["<|im_end|>"])
     ()
     """
+    if not stops:
+        return ()
     to_id = getattr(tokenizer, "convert_tokens_to_ids", None)
     to_token = getattr(tokenizer, "convert_ids_to_tokens", None)
     special = getattr(tokenizer, "all_special_ids", None)
     if to_id is None or to_token is None or not special:
         return ()
     ids = []
+    special = frozenset(special)
     for stop in stops:
         tid = to_id(stop)
         if isinstance(tid, int) and tid in special and to_token(tid) == stop:
