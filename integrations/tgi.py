@@ -51,16 +51,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.abc
-import importlib.machinery
 import inspect
-import sys
 import threading
 import warnings
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from ._import_hook import PTH_ACTIONS, ImportHook, manage_pth
 from ._tgi_request import (
     FINISH_EOS_TOKEN,
     FINISH_LENGTH,
@@ -270,7 +268,7 @@ def uninstall() -> bool:
     hook); returns whether anything was undone. Batches built while it was on keep their
     criteria, which go on working."""
     with _Patch.lock:
-        undone = _remove_finder()
+        undone = _HOOK.disarm()
         if _Patch.criteria is None:
             return undone
         tokens, _, _ = _tgi()
@@ -293,55 +291,16 @@ def installed() -> bool:
 # --- the start-up hook: DETOK_PLUGIN=1 ------------------------------------------------
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    """Runs the real loader of the serving module, then installs the shim."""
-
-    def __init__(self, loader: Any) -> None:
-        self._loader = loader
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)  # type: ignore[no-any-return]
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        _remove_finder()
-        _install_quietly()
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_filename ... for tracebacks
-        return getattr(self._loader, name)
-
-
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Waits, costing nothing, for TGI's serving module to be imported (the transformers
-    shim's hook, for another module)."""
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != SERVER_MODULE:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = _PatchingLoader(spec.loader)
-                return spec
-        return None
-
-
-def _remove_finder() -> bool:
-    found = [f for f in sys.meta_path if isinstance(f, _PatchOnImport)]
-    for f in found:
-        sys.meta_path.remove(f)
-    return bool(found)
-
-
-def _install_quietly() -> None:
+def _install_quietly(_module: ModuleType | None = None) -> None:
     """install(), for the hook: a failure is logged, never raised into TGI's import."""
     try:
         install()
     except Exception as exc:
         log("ERROR", f"detok-plugin: NOT switched on: {exc!r}; TGI keeps its stock text")
+
+
+#: Waits, costing nothing, for TGI's serving module, then installs (once).
+_HOOK = ImportHook(SERVER_MODULE, _install_quietly)
 
 
 def _startup() -> None:
@@ -358,10 +317,7 @@ def _startup() -> None:
                 warnings.warn(problem, stacklevel=2)
             return
         with _Patch.lock:
-            if sys.modules.get(SERVER_MODULE) is not None:
-                _install_quietly()
-            elif not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-                sys.meta_path.insert(0, _PatchOnImport())
+            _HOOK.arm()
     except Exception as exc:  # never break interpreter start
         warnings.warn(f"{ENV_FLAG}=1: could not arm the TGI shim: {exc!r}", stacklevel=2)
 
@@ -377,7 +333,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         description=f"Manage the one-line .pth file that makes {ENV_FLAG}=1 switch TGI's server to "
         "detok-plugin's text, or check the installed TGI's contract.",
     )
-    parser.add_argument("action", choices=("install-pth", "remove-pth", "show-pth", "check"))
+    parser.add_argument("action", choices=(*PTH_ACTIONS, "check"))
     parser.add_argument(
         "--site-dir", type=Path, default=Path(sysconfig.get_paths()["purelib"]),
         help="site-packages directory to write to (default: this interpreter's purelib)",
@@ -390,16 +346,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         print(f"contract {fingerprint}: {VERIFIED_CONTRACTS.get(fingerprint, 'not verified')}")
         print("\n".join(problems) if problems else "no problems: the shim can switch on")
         return 1 if problems else 0
-    if args.action == "show-pth":
-        print(f"{target}\n{PTH_LINE}")
-    elif args.action == "install-pth":
-        target.write_text(PTH_LINE + "\n", encoding="utf-8")
-        print(f"wrote {target}; {ENV_FLAG}=1 now switches TGI's server to detok-plugin's text")
-    else:
-        existed = target.exists()
-        target.unlink(missing_ok=True)
-        print(f"removed {target}" if existed else f"nothing to remove at {target}")
-    return 0
+    return manage_pth(args.action, target, PTH_LINE, f"{ENV_FLAG}=1 now switches TGI's server to detok-plugin's text")
 
 
 if __name__ == "__main__":
