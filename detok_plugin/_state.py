@@ -427,10 +427,8 @@ class DetokenizerState(Router, Boundary):
     def _close(self, out: Out) -> None:
         """End the stream: flush the decoder and what is held, unless a stop string cut it
         (what followed the stop is dropped); report an open tool call unterminated."""
-        if not self._cut_by_stop():
-            text = self._unskip(self._dec.flush())
-            if text:
-                self._take(text, out)  # may still complete a stop
+        if not self._cut_by_stop() and (text := self._unskip(self._dec.flush())):
+            self._take(text, out)  # may still complete a stop
         if not self._cut_by_stop():
             self._release_held(out)
         self._close_channels(out)
