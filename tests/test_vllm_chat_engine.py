@@ -11,18 +11,11 @@ half is tested on replays, in tests/test_vllm_chat.py.)
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
-import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from vllm_serve_harness import ENGINE_VENV, ROOT
+from vllm_serve_harness import ENGINE_VENV, Server
 
 pytestmark = pytest.mark.vllm_engine
 
@@ -43,41 +36,12 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if k not in ("DETOK_PLUGIN", "VLLM_PLUGINS")}
-    proc = subprocess.Popen(
-        ["bash", str(ROOT / "scripts" / "vllm_serve.sh"), "on", "--port", str(port),
-         "--tool-call-parser", "detok_hermes", "--enable-auto-tool-choice"],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
-    )
+    server = Server("on", log, ["--tool-call-parser", "detok_hermes", "--enable-auto-tool-choice"])
     try:
-        _wait(proc, port, log, 420)
-        yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+        server.wait_ready(420)
+        yield server.client
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
-def _wait(proc: subprocess.Popen[bytes], port: int, log: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"vllm serve exited {proc.returncode}:\n{log.read_text(errors='replace')[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"vllm serve not up in {timeout_s:.0f} s:\n{log.read_text(errors='replace')[-3000:]}")
+        server.stop()
 
 
 def _stream(client: Any, **params: Any) -> tuple[str, dict[int, dict[str, Any]], int, list[str]]:

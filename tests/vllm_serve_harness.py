@@ -30,9 +30,10 @@ MODEL = "smollm2"
 
 
 class Server:
-    """One ``scripts/vllm_serve.sh MODE`` process on a free port of 127.0.0.1."""
+    """One ``scripts/vllm_serve.sh MODE [ARGS]`` process on a free port of 127.0.0.1
+    (``args``: more ``vllm serve`` options)."""
 
-    def __init__(self, mode: str, log: Path) -> None:
+    def __init__(self, mode: str, log: Path, args: Sequence[str] = ()) -> None:
         import openai
 
         self.mode = mode
@@ -43,7 +44,7 @@ class Server:
         env = {k: v for k, v in os.environ.items() if k not in ("DETOK_PLUGIN", "VLLM_PLUGINS")}
         env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
         self.proc = subprocess.Popen(
-            ["bash", str(ROOT / "scripts" / "vllm_serve.sh"), mode, "--port", str(self.port)],
+            ["bash", str(ROOT / "scripts" / "vllm_serve.sh"), mode, "--port", str(self.port), *args],
             stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
         self.client = openai.OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="none", max_retries=0)
