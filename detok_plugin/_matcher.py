@@ -98,10 +98,6 @@ class Matcher:
         patterns = tuple(patterns)
         return Matcher(patterns, tuple(holding) if holding is not None else (True,) * len(patterns))
 
-    def memo(self, node: int) -> dict[str, Step]:
-        """The no-match memo of ``node`` (``steps``)."""
-        return self.steps[node]
-
     def remember(self, node: int, text: str, step: Step) -> None:
         """Memo a no-match scan of ``text`` from ``node`` (``steps``; bounded per node)."""
         memo = self.steps[node]

@@ -158,15 +158,7 @@ class ServingStream:
             self._on_unknown(exc)
             self.token_ids.append(token_id)  # counted, rendered as the decode renders it
             return ""
-        if state.finish_reason is not None:
-            self.finish_reason = state.finish_reason
-            self.stop_reason = state.stop_reason
-        # At rest again (DetokenizerState._at_rest, inlined: its static part holds for every
-        # serving stream, on a table, with no log and no tags)?
-        elif not state._ac_state and state._dec.idle and not state._skip_chars:  # noqa: SLF001
-            self._rest = self._known
-            return text
-        self._rest = None
+        self._caught_up()
         return text
 
     def _learn(self, token_id: int) -> str | None:

@@ -369,7 +369,7 @@ class DetokenizerState(Router, Boundary):
         if held or self._ac_state or (text and self._first(text) is not None):  # type: ignore[misc]
             # A stop is partly matched, may start in this text, or may complete in what
             # the decoder holds.
-            step = None if held else self._ac.memo(self._ac_state).get(text)  # type: ignore[union-attr]
+            step = None if held else self._ac.steps[self._ac_state].get(text)  # type: ignore[union-attr]
             if step is None:  # the boundary scan decides
                 return self._scan_text(text, held)
             # This text was scanned from this node before, with no match: the same text
