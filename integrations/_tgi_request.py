@@ -135,33 +135,22 @@ class RequestText:
         (empty when the request ignores EOS) and the prompt's ids."""
         stops = tuple(s for s in stop_sequences if s)
         stop_ids = special_stop_ids(tokenizer, stops)
+        options: dict[str, Any] = {
+            "prompt_ids": prompt_ids,
+            "skip_special_tokens": True,
+            "stop": stops,
+            "stop_token_ids": stop_ids,
+            "eos_token_ids": tuple(eos_token_ids),
+            "include_stop_str_in_output": settings.keep_stop,
+            "request_id": request_id,
+        }
         stream: Any
         if settings.strip_reasoning is None:
-            stream = ServingStream.from_tokenizer(
-                tokenizer,
-                prompt_ids=prompt_ids,
-                skip_special_tokens=True,
-                stop=stops,
-                stop_token_ids=stop_ids,
-                eos_token_ids=tuple(eos_token_ids),
-                include_stop_str_in_output=settings.keep_stop,
-                request_id=request_id,
-                on_unknown_id=_log_unknown_id,
-            )
+            stream = ServingStream.from_tokenizer(tokenizer, on_unknown_id=_log_unknown_id, **options)
         else:
             stream = _StrippedStream(
                 DetokenizerState.from_tokenizer(
-                    tokenizer,
-                    prompt_ids=prompt_ids,
-                    skip_special_tokens=True,
-                    stop=stops,
-                    stop_token_ids=stop_ids,
-                    eos_token_ids=tuple(eos_token_ids),
-                    include_stop_str_in_output=settings.keep_stop,
-                    tags=settings.strip_reasoning,
-                    reasoning="strip",
-                    request_id=request_id,
-                    keep_log=False,
+                    tokenizer, tags=settings.strip_reasoning, reasoning="strip", keep_log=False, **options
                 )
             )
         return cls(stream, max_new_tokens, request_id)
