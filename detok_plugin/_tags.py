@@ -11,7 +11,13 @@ deepseek_r1 ``<think>``/``</think>`` ``<｜tool▁calls▁begin｜>`` ...  DeepS
 deepseek_v31 (same as deepseek_r1)  (same as deepseek_r1)          ``NAME<｜tool▁sep｜>{args}``
 mistral    none                     ``[TOOL_CALLS]`` to the end      JSON list of calls
 llama3     none                     ``<|python_tag|>`` to the end    JSON object
+qwen3_coder ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` ``<function=NAME>`` XML
+glm45      ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` ``NAME<arg_key>..`` XML
+kimi_k2    ``<think>``/``</think>`` ``<|tool_calls_section_begin|>`` ``functions.NAME:0`` + JSON
 ========== ======================== ============================== =====================
+
+The XML formats (``_xml_calls``) write every value as text; ``parse_tool_body(...,
+tools=...)`` types the values from the request's tool schemas.
 
 ``[TOOL_CALLS]`` and ``<|python_tag|>`` are control tokens that ``skip_special_tokens=True``
 removes from the text, so the stream also recognises them by token id.
@@ -20,12 +26,15 @@ removes from the text, so the stream also recognises them by token id.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ._xml_calls import glm45_calls, qwen3_xml_calls
+
 __all__ = ["TagSet", "ToolCall", "parse_tool_body"]
 
-ToolFormat = Literal["hermes", "mistral", "llama3", "deepseek", "deepseek_v31"]
+ToolFormat = Literal["hermes", "mistral", "llama3", "deepseek", "deepseek_v31", "qwen3_xml", "glm45", "kimi_k2"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +71,11 @@ _PRESETS = {
     ),
     "mistral": TagSet("mistral", None, None, "[TOOL_CALLS]", None, "mistral"),
     "llama3": TagSet("llama3", None, None, "<|python_tag|>", None, "llama3"),
+    "qwen3_coder": TagSet("qwen3_coder", "<think>", "</think>", "<tool_call>", "</tool_call>", "qwen3_xml"),
+    "glm45": TagSet("glm45", "<think>", "</think>", "<tool_call>", "</tool_call>", "glm45"),
+    "kimi_k2": TagSet(
+        "kimi_k2", "<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "kimi_k2"
+    ),
 }
 
 
@@ -127,10 +141,44 @@ def _deepseek_v31_calls(body: str) -> list[tuple[str, str]]:
     return calls
 
 
-def parse_tool_body(body: str, fmt: ToolFormat) -> list[tuple[str, str]]:
+_KIMI_CALL = "<|tool_call_begin|>"
+_KIMI_ARGS = "<|tool_call_argument_begin|>"
+_KIMI_END = "<|tool_call_end|>"
+
+
+def kimi_name(header: str) -> str:
+    """Kimi K2's call header ``functions.NAME:N`` (its own call id) to the function name."""
+    head = header.strip()
+    ident, colon, number = head.rpartition(":")
+    if not colon or not number.isdigit() or not ident:
+        raise ValueError(f"a Kimi tool call header must be 'functions.NAME:N', not {head!r}")
+    return ident.split(":")[0].removeprefix("functions.")
+
+
+def _kimi_calls(body: str) -> list[tuple[str, str]]:
+    """Kimi K2: ``<|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>{args}<|tool_call_end|>``
+    per call; the arguments are kept as written (checked to be JSON)."""
+    calls = []
+    for block in body.split(_KIMI_CALL)[1:]:
+        header, sep, args = block.split(_KIMI_END)[0].partition(_KIMI_ARGS)
+        if not sep:
+            raise ValueError(f"a Kimi tool call needs {_KIMI_ARGS}")
+        args = args.strip() or "{}"
+        json.loads(args)
+        calls.append((kimi_name(header), args))
+    if not calls:
+        raise ValueError(f"no {_KIMI_CALL} block in the body")
+    return calls
+
+
+def parse_tool_body(
+    body: str, fmt: ToolFormat, *, tools: Sequence[Mapping[str, Any]] | None = None
+) -> list[tuple[str, str]]:
     """Parse a finished tool-call body into ``[(name, arguments_json), ...]``.
 
     Raises ``ValueError`` (``json.JSONDecodeError`` is one) for a malformed body.
+    ``tools`` (OpenAI's request field, as plain dicts) types the values of the XML
+    formats (``qwen3_xml``, ``glm45``); without it they stay strings.
 
     >>> parse_tool_body('{"name": "get_time", "arguments": {"tz": "東京"}}', "hermes")
     [('get_time', '{"tz": "東京"}')]
@@ -139,6 +187,12 @@ def parse_tool_body(body: str, fmt: ToolFormat) -> list[tuple[str, str]]:
         return _deepseek_calls(body)
     if fmt == "deepseek_v31":
         return _deepseek_v31_calls(body)
+    if fmt == "kimi_k2":
+        return _kimi_calls(body)
+    if fmt == "glm45":
+        return glm45_calls(body, tools)
+    if fmt == "qwen3_xml" and not body.lstrip().startswith("{"):
+        return qwen3_xml_calls(body, tools)
     obj = json.loads(body)
     if fmt == "mistral":
         items = obj if isinstance(obj, list) else [obj]

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from detok_plugin.integrations._tool_stream import BodyReader
+from detok_plugin.integrations._tool_stream import BodyReader, reader_for
+from detok_plugin.integrations._xml_stream import XmlBodyReader
 from vllm.entrypoints.generate.base.protocol import DeltaFunctionCall, DeltaMessage, DeltaToolCall
 from vllm.renderers.chat_utils import make_tool_call_id
 
-from detok_plugin import DetokenizerState, TagSet, TokenIdError
+from detok_plugin import DetokenizerState, TagSet, TokenIdError, parse_tool_body
 
 __all__ = ["Channels", "Parts"]
 
@@ -86,7 +87,9 @@ class Channels:
         self.sent = 0  # tool calls whose header went out
         self.base = 0  # OpenAI index of the current body's first call
         self.body: list[str] = []
-        self.reader: BodyReader | None = None
+        self.tools = _tool_dicts(request)
+        self.typed: list[tuple[str, str]] | None = None  # the current body's calls, typed by the schema
+        self.reader: BodyReader | XmlBodyReader | None = None
         self.body_index = -1  # the core's index of the current body's first call
         self.body_open = False
         self.complete: list[tuple[str, str]] = []
@@ -159,7 +162,8 @@ class Channels:
         self.body_open = True
         self.base = self.sent
         self.body = []
-        self.reader = BodyReader(self.tags.tool_format)
+        self.typed = None
+        self.reader = reader_for(self.tags.tool_format, self.tools)
 
     def _complete(self, call: Any, parts: Parts, at_end: bool) -> None:
         if not self.body_open:
@@ -173,8 +177,9 @@ class Channels:
             logger.warning("detok-plugin: %s; sent as content", call.error)
             parts.content.append(raw)
             return
-        self.complete.append((call.name, call.arguments))
         k = call.index - self.body_index  # which call of this body
+        call = self._typed(call, k)
+        self.complete.append((call.name, call.arguments))
         if not self.streaming:
             return
         if k >= reader.calls:  # its name never went out: all of it now
@@ -187,11 +192,39 @@ class Channels:
             else:  # a string value streamed raw: cannot happen by BodyReader's rule 1
                 logger.warning("detok-plugin: tool call %d's arguments streamed as %r, parsed as %r", k, sent, call.arguments)
 
+    def _typed(self, call: Any, k: int) -> Any:
+        """The call with its values typed by the request's schema (XML formats): the core
+        parsed the body without the request, so every value there is a string."""
+        if self.tags.tool_format not in _SCHEMA_TYPED:
+            return call
+        if self.typed is None:
+            self.typed = parse_tool_body("".join(self.body).strip(), self.tags.tool_format, tools=self.tools)
+        name, arguments = self.typed[k]
+        return _Call(name, arguments)
+
     def _new_id(self, name: str) -> str:
         state = self.parser._stream_state  # noqa: SLF001 (the Parser base's own state)
         tool_id = make_tool_call_id(id_type=state.tool_call_id_type, func_name=name, idx=state.history_tool_call_cnt)
         state.history_tool_call_cnt += 1
         return tool_id  # type: ignore[no-any-return]
+
+
+_SCHEMA_TYPED = ("qwen3_xml", "glm45")
+
+
+class _Call(NamedTuple):
+    """A complete call's name and arguments, typed by the request's schema."""
+
+    name: str
+    arguments: str
+
+
+def _tool_dicts(request: Any) -> list[dict[str, Any]] | None:
+    """The request's tools as plain dicts (vLLM keeps them as pydantic models)."""
+    tools = getattr(request, "tools", None)
+    if not tools:
+        return None
+    return [t.model_dump() if hasattr(t, "model_dump") else dict(t) for t in tools]
 
 
 class _Merged:

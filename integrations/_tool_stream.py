@@ -23,7 +23,8 @@ Rules, so that what was sent is never wrong:
 Formats: ``hermes`` (one object, ``arguments``), ``llama3`` (one object, ``parameters``),
 ``mistral`` (a list of objects), ``deepseek`` (``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME``
 then a fenced JSON block, once per call), ``deepseek_v31`` (``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>``
-then the JSON, once per call).
+then the JSON, once per call), ``kimi_k2`` (``<|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>``
+then the JSON, once per call). The XML formats have their own reader (``_xml_stream``).
 
 >>> r = BodyReader("hermes")
 >>> r.feed('{"name": "get_weather", "arg')
@@ -37,9 +38,14 @@ then the JSON, once per call).
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
-__all__ = ["BodyReader", "Event"]
+from detok_plugin.integrations._xml_stream import XmlBodyReader
+
+from detok_plugin._tags import kimi_name
+
+__all__ = ["BodyReader", "Event", "reader_for"]
 
 #: One thing to send: (call number within the body, the name when it is first known,
 #: a piece of the arguments).
@@ -53,6 +59,18 @@ _DS_SEP = "<｜tool▁sep｜>"
 _DS_END = "<｜tool▁call▁end｜>"
 _DS_FENCE = re.compile(r"```(?:json)?\n")
 _DS_CLOSERS = ("\n```", _DS_END)
+_KIMI_CALL = "<|tool_call_begin|>"
+_KIMI_ARGS = "<|tool_call_argument_begin|>"
+_KIMI_END = "<|tool_call_end|>"
+#: Formats whose arguments run raw between markers, and what ends them.
+_RAW_CLOSERS = {"deepseek": _DS_CLOSERS, "deepseek_v31": (_DS_END,), "kimi_k2": (_KIMI_END,)}
+
+
+def reader_for(fmt: str, tools: Sequence[Mapping[str, Any]] | None) -> BodyReader | XmlBodyReader:
+    """The reader for a tool format: the XML ones need the request's tools to type values."""
+    if fmt in ("qwen3_xml", "glm45"):
+        return XmlBodyReader(fmt, tools)  # type: ignore[arg-type]
+    return BodyReader(fmt)  # type: ignore[arg-type]
 
 
 class BodyReader:
@@ -62,7 +80,7 @@ class BodyReader:
 
     __slots__ = ("fmt", "buf", "pos", "calls", "args", "done", "_depth", "_in_str", "_esc", "_open", "_key", "_dead")
 
-    def __init__(self, fmt: Literal["hermes", "llama3", "mistral", "deepseek", "deepseek_v31"]) -> None:
+    def __init__(self, fmt: Literal["hermes", "llama3", "mistral", "deepseek", "deepseek_v31", "kimi_k2"]) -> None:
         self.fmt = fmt
         self.buf = ""
         self.pos = 0  # scanned up to here
@@ -89,6 +107,8 @@ class BodyReader:
                 self._deepseek_head(events)
             elif self.fmt == "deepseek_v31":
                 self._deepseek_v31_head(events)
+            elif self.fmt == "kimi_k2":
+                self._kimi_head(events)
             else:
                 self._json_head(events)
             if (self.pos, self.calls, self._open) == before:
@@ -150,7 +170,7 @@ class BodyReader:
 
     def _scan_args(self, events: list[Event]) -> None:
         """Send the arguments value up to what arrived; close it at its last bracket."""
-        if self.fmt in ("deepseek", "deepseek_v31"):
+        if self.fmt in _RAW_CLOSERS:
             self._deepseek_args(events)
             return
         buf, pos, start = self.buf, self.pos, self.pos
@@ -215,9 +235,29 @@ class BodyReader:
         self.done.append(False)
         self._open = True
 
+    def _kimi_head(self, events: list[Event]) -> None:
+        """Kimi K2: ``<|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>`` then the JSON."""
+        buf = self.buf
+        at = buf.find(_KIMI_CALL, self.pos)
+        sep = buf.find(_KIMI_ARGS, at) if at >= 0 else -1
+        if sep < 0:
+            return
+        try:
+            name = kimi_name(buf[at + len(_KIMI_CALL) : sep])
+        except ValueError:
+            self._dead = True  # the parse at the close reports it
+            return
+        self.pos = sep + len(_KIMI_ARGS)
+        events.append((self.calls, name, ""))
+        self.calls += 1
+        self.args.append("")
+        self.done.append(False)
+        self._open = True
+
     def _deepseek_args(self, events: list[Event]) -> None:
+        """The arguments of a raw format, sent as they come up to the format's closer."""
         buf, pos = self.buf, self.pos
-        closers = _DS_CLOSERS if self.fmt == "deepseek" else (_DS_END,)
+        closers = _RAW_CLOSERS[self.fmt]
         ends = [i for i in (buf.find(c, pos) for c in closers) if i >= 0]
         if ends:
             end = min(ends)

@@ -1,8 +1,8 @@
 """vLLM's chat API: reasoning, content and tool calls from the core's channels.
 
 ``--reasoning-parser detok_qwen3 --tool-call-parser detok_qwen3 --enable-auto-tool-choice``
-(or ``detok_hermes``, ``detok_deepseek_r1``; tool calls only: ``detok_mistral``,
-``detok_llama3``) makes vLLM's chat layer split each request's output with one
+(or ``detok_hermes``, ``detok_deepseek_r1``, ``detok_deepseek_v31``, ``detok_qwen3_coder``,
+``detok_glm45``, ``detok_kimi_k2``; tool calls only: ``detok_mistral``, ``detok_llama3``) makes vLLM's chat layer split each request's output with one
 :class:`detok_plugin.DetokenizerState` with tags, fed the token ids vLLM passes:
 
 1. a tag spread over any number of tokens or steps never leaks into ``content`` and
@@ -56,6 +56,11 @@ logger = logging.getLogger("vllm.detok_plugin")
 #: Every parser name this module registers begins with it.
 PREFIX = "detok_"
 
+#: Tool formats whose body markers are special tokens of the family's tokenizer (Kimi K2's
+#: ``<|tool_call_begin|>`` ...): a request with tools keeps special tokens in its text, as
+#: vLLM's own ``kimi_k2`` tool parser sets it, or the body would lose its markers.
+KEEP_SPECIAL_TOKENS = frozenset({"kimi_k2"})
+
 
 # --- the unified parser -------------------------------------------------------------
 
@@ -93,9 +98,11 @@ class DetokChatParser(Parser):
         it cuts stop strings outside reasoning only (``_reasoning_stream``)."""
         if self._reasoning_parser is not None:
             request = self._reasoning_parser.adjust_request(request)
+        tags = self.tags
         if self._tool_parser is not None:
             request = self._tool_parser.adjust_request(request)
-        tags = self.tags
+            if tags.tool_format in KEEP_SPECIAL_TOKENS and request.tools and request.tool_choice != "none":
+                request.skip_special_tokens = False
         if self._reasoning_parser is not None and tags.reasoning_open and tags.reasoning_close:
             request.vllm_xargs = {**(request.vllm_xargs or {}), REASONING_TAGS_KEY: [tags.reasoning_open, tags.reasoning_close]}
         return request

@@ -1,0 +1,182 @@
+"""Tool calls written as XML-like tags, and typing their values from the request's tools.
+
+Two families write a call's arguments as tagged strings, not JSON:
+
+* Qwen3-Coder (``qwen3_xml``), one or more calls per ``<tool_call>`` body::
+
+      <function=get_weather>
+      <parameter=city>
+      東京
+      </parameter>
+      <parameter=days>
+      3
+      </parameter>
+      </function>
+
+  A value loses one leading and one trailing newline (the template's markup).
+* GLM-4.5 (``glm45``), one call per ``<tool_call>`` body, the name first::
+
+      get_weather
+      <arg_key>city</arg_key>
+      <arg_value>東京</arg_value>
+
+  A key is stripped; a value is kept as written.
+
+Every value is a string until the tool's JSON schema says otherwise, so the parse takes
+the request's ``tools`` (OpenAI's list of ``{"type": "function", "function": {...}}``) and
+types each value whose property the schema names, by the rule vLLM 0.33's parsers use
+(``vllm.tool_parsers.utils.coerce_to_schema_type``): the first of null, integer, number,
+boolean, object, array, string that the schema allows and the text parses as; a property
+the schema does not name, or no tools at all, keeps the string. The core's own parse at a
+body's close has no request, so there every value is a string; the vLLM chat layer parses
+the same body again with the request's tools (``integrations/_chat_channels.py``).
+
+>>> body = "<function=f>\\n<parameter=n>\\n3\\n</parameter>\\n<parameter=s>\\nhi\\n</parameter>\\n</function>"
+>>> qwen3_xml_calls(body, None)
+[('f', '{"n": "3", "s": "hi"}')]
+>>> tools = [{"type": "function", "function": {"name": "f", "parameters": {"properties": {"n": {"type": "integer"}}}}}]
+>>> qwen3_xml_calls(body, tools)
+[('f', '{"n": 3, "s": "hi"}')]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["coerce_value", "glm45_calls", "properties_of", "qwen3_xml_calls", "schema_types", "trim_newlines"]
+
+_FUNCTION = re.compile(r"<function=([^>]*)>(.*?)(?:</function>|(?=<function=)|\Z)", re.DOTALL)
+# A value ends at its close tag or at the next parameter; unlike vLLM's converter, also at
+# the end of the function (a last parameter whose close tag the model left out is kept).
+_PARAMETER = re.compile(r"<\s*parameter\s*=\s*([^>]*)>(.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=)|\Z)", re.DOTALL)
+_GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
+
+_ALIASES = {
+    "str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string",
+    "int": "integer", "int32": "integer", "int64": "integer", "uint": "integer", "uint32": "integer",
+    "uint64": "integer", "long": "integer", "short": "integer", "unsigned": "integer",
+    "float": "number", "float32": "number", "float64": "number", "double": "number",
+    "bool": "boolean", "dict": "object", "arr": "array", "list": "array", "sequence": "array",
+}  # fmt: skip
+_PRIORITY = ("null", "integer", "number", "boolean", "object", "array", "string")
+_ENUM_TYPES = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"), (dict, "object"))
+
+
+def trim_newlines(value: str) -> str:
+    """One leading and one trailing newline off: Qwen3's template puts each value on its own line."""
+    value = value[1:] if value.startswith("\n") else value
+    return value[:-1] if value.endswith("\n") else value
+
+
+def qwen3_xml_calls(body: str, tools: Sequence[Mapping[str, Any]] | None) -> list[tuple[str, str]]:
+    """Qwen3-Coder: ``<function=NAME>`` blocks, each of ``<parameter=KEY>VALUE</parameter>``.
+    A body that is a JSON object instead is read as Hermes JSON, as vLLM's parser does."""
+    calls = []
+    for m in _FUNCTION.finditer(body):
+        name = m.group(1).strip()
+        if not name:
+            raise ValueError("a <function=...> tag with no name")
+        params = {p.group(1): trim_newlines(p.group(2)) for p in _PARAMETER.finditer(m.group(2))}
+        calls.append((name, _typed_json(params, properties_of(tools, name))))
+    if not calls:
+        raise ValueError("no <function=...> block in the body")
+    return calls
+
+
+def glm45_calls(body: str, tools: Sequence[Mapping[str, Any]] | None) -> list[tuple[str, str]]:
+    """GLM-4.5: the name, then ``<arg_key>K</arg_key><arg_value>V</arg_value>`` pairs."""
+    name = body.split("<arg_key>", 1)[0].strip()
+    if not name or "<" in name:
+        raise ValueError("a GLM tool call needs the function name before its first <arg_key>")
+    params = {m.group(1).strip(): m.group(2) for m in _GLM_ARG.finditer(body)}
+    return [(name, _typed_json(params, properties_of(tools, name)))]
+
+
+def properties_of(tools: Sequence[Mapping[str, Any]] | None, name: str) -> Mapping[str, Any]:
+    """The ``properties`` of the function ``name``'s parameters in ``tools``; {} if none."""
+    for tool in tools or ():
+        fn = tool.get("function") if isinstance(tool, Mapping) else None
+        if isinstance(fn, Mapping) and fn.get("name") == name:
+            params = fn.get("parameters") or {}
+            props = params.get("properties", {}) if isinstance(params, Mapping) else {}
+            return props if isinstance(props, Mapping) else {}
+    return {}
+
+
+def _typed_json(params: dict[str, str], props: Mapping[str, Any]) -> str:
+    typed = {k: coerce_value(v, schema_types(props[k])) if isinstance(props.get(k), Mapping) else v for k, v in params.items()}
+    return json.dumps(typed, ensure_ascii=False)
+
+
+def schema_types(schema: Any) -> set[str]:
+    """The JSON types a property's schema allows: ``type``, the types of its ``enum``
+    values, and those of ``anyOf``/``oneOf``/``allOf``, aliases folded; ``{"string"}``
+    when it says none."""
+    if not isinstance(schema, Mapping):
+        return {"string"}
+    types: set[str] = set()
+    declared = schema.get("type")
+    for t in declared if isinstance(declared, list) else [declared]:
+        if isinstance(t, str):
+            types.add(t)
+    enum = schema.get("enum")
+    for value in enum if isinstance(enum, list) else ():
+        types.add("null" if value is None else next((n for k, n in _ENUM_TYPES if isinstance(value, k)), "string"))
+    for key in ("anyOf", "oneOf", "allOf"):
+        choices = schema.get(key)
+        for choice in choices if isinstance(choices, list) else ():
+            types |= schema_types(choice)
+    return {_ALIASES.get(t.strip().lower(), t.strip().lower()) for t in types} or {"string"}
+
+
+def coerce_value(value: str, types: set[str]) -> Any:
+    """``value`` as the first type of null, integer, number, boolean, object, array,
+    string that ``types`` allows and the text parses as; else JSON if it parses (finite),
+    else the string."""
+    for candidate in _PRIORITY:
+        if candidate in types:
+            ok, out = _as(candidate, value)
+            if ok:
+                return out
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return value
+    return parsed if _finite(parsed) else value
+
+
+def _as(kind: str, value: str) -> tuple[bool, Any]:
+    """Whether ``value`` reads as the JSON type ``kind``, and as what."""
+    if kind == "string":
+        return True, value
+    if kind == "null":
+        return value.lower() == "null", None
+    if kind == "boolean":
+        low = value.lower().strip()
+        return low in ("true", "1", "false", "0"), low in ("true", "1")
+    try:
+        if kind in ("integer", "number"):
+            try:
+                return True, int(value)
+            except ValueError:
+                if kind == "integer":
+                    raise
+            val = float(value)
+            return math.isfinite(val), (int(val) if val == int(val) else val) if math.isfinite(val) else None
+        parsed = json.loads(value)  # object, array
+    except (ValueError, TypeError):
+        return False, None
+    return _finite(parsed), parsed
+
+
+def _finite(value: Any) -> bool:
+    """Whether ``value`` has no inf or nan in it (JSON cannot carry them)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return False
+    return True
