@@ -375,3 +375,29 @@ def test_bare_function_without_tool_call_is_a_call() -> None:
     ours, stock = _both(p, out)
     assert stock.calls() == [("get_weather", {"city": "東京"})]
     assert ours.calls() == stock.calls()
+
+
+# --- the schema rule, beside vLLM's own ----------------------------------------------------
+
+_VALUES = ["3", "-7", "3.0", "2.5", "1e3", "1e999", "nan", "true", "False", "1", "0", "null", "NULL", "abc", " 4 ",
+           '{"a": 1}', "[1, 2]", "[1e999]", '"q"', "", "٣"]  # fmt: skip
+_SCHEMAS = [
+    {"type": "integer"}, {"type": "number"}, {"type": "boolean"}, {"type": "object"}, {"type": "array"},
+    {"type": "string"}, {"type": ["integer", "null"]}, {"type": ["string", "integer"]}, {"type": "int64"},
+    {"type": "float"}, {"enum": [1, 2]}, {"enum": ["a", None]}, {"anyOf": [{"type": "boolean"}, {"type": "array"}]},
+    {}, {"type": "mystery"},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("schema", _SCHEMAS, ids=lambda s: json.dumps(s))
+def test_values_are_typed_as_vllm_types_them(schema: dict[str, Any]) -> None:
+    """``_xml_calls.coerce_value`` and ``schema_types`` against vLLM's own
+    ``coerce_to_schema_type`` and ``extract_types_from_schema``, value by value."""
+    from vllm.tool_parsers.utils import coerce_to_schema_type, extract_types_from_schema
+
+    from detok_plugin._xml_calls import coerce_value, schema_types
+
+    for value in _VALUES:
+        theirs = coerce_to_schema_type(value, extract_types_from_schema(schema))
+        ours = coerce_value(value, schema_types(schema))
+        assert (type(ours), json.dumps(ours)) == (type(theirs), json.dumps(theirs)), value
