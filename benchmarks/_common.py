@@ -46,16 +46,20 @@ def token_stream(tok, language: str, n: int) -> list[int]:
 def interleaved_medians(
     runners: dict[str, Callable[[], None]], repeats: int, warmup: int = 1
 ) -> dict[str, float]:
-    """Median seconds per call of each runner, the runners interleaved in every repeat."""
+    """Median seconds per call of each runner, the runners interleaved in every repeat.
+
+    Seconds of this process's CPU time (``time.process_time_ns``), not of the wall clock:
+    every runner is single-threaded work on the CPU, and on a shared machine the wall clock
+    also counts the time the process waits for a core, which is other workers' load."""
     for _ in range(warmup):
         for fn in runners.values():
             fn()
     samples: dict[str, list[float]] = {k: [] for k in runners}
     for _ in range(repeats):
         for name, fn in runners.items():
-            t0 = time.perf_counter_ns()
+            t0 = time.process_time_ns()
             fn()
-            samples[name].append((time.perf_counter_ns() - t0) / 1e9)
+            samples[name].append((time.process_time_ns() - t0) / 1e9)
     return {k: statistics.median(v) for k, v in samples.items()}
 
 

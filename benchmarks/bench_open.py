@@ -18,6 +18,7 @@ Run: ``.venv/bin/python benchmarks/bench_open.py [--requests 2000] [--tokenizers
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import statistics
 import time
@@ -38,14 +39,18 @@ def new_stops() -> list[str]:
 SHARED = ["\n\nUser:", "###", "<END>", "and that is the end of the reply, thanks"]
 
 
-def per_request_us(make, prompts: list[list[int]], repeats: int) -> float:
-    best = []
+def per_request_us(makers: dict, prompts: list[list[int]], repeats: int) -> dict[str, float]:
+    """Median µs per request of each maker over ``repeats`` passes, the makers interleaved
+    in every pass (load on the machine falls on all alike), in CPU time (the shared
+    machine's load is not ours)."""
+    samples: dict[str, list[float]] = {k: [] for k in makers}
     for _ in range(repeats):
-        t0 = time.perf_counter_ns()
-        for p in prompts:
-            make(p)
-        best.append((time.perf_counter_ns() - t0) / len(prompts) / 1e3)
-    return statistics.median(best)
+        for name, make in makers.items():
+            t0 = time.process_time_ns()
+            for p in prompts:
+                make(p)
+            samples[name].append((time.process_time_ns() - t0) / len(prompts) / 1e3)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def main() -> None:
@@ -78,7 +83,11 @@ def main() -> None:
         }
         for make in makers.values():  # warm up
             make(prompts[0])
-        got = {k: per_request_us(m, prompts, args.repeats) for k, m in makers.items()}
+        # The setup heap (the tokenizer's tables) is frozen, as in bench_vllm_output_processor:
+        # otherwise a full collection scanning it lands on whichever row happens to run.
+        gc.collect()
+        gc.freeze()
+        got = per_request_us(makers, prompts, args.repeats)
         for k, us in got.items():
             target = "≤ 40 µs " + ("met" if us <= 40 else "missed") if k in ("ServingStream", "DetokenizerState") else ""
             rows.append([name, k, f"{us:.1f}", f"{us / got['DecodeStream']:.2f}x", target])

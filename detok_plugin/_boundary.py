@@ -28,9 +28,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, NamedTuple
 
-from ._delta import STOP, Out
+from ._delta import CONTENT, STOP, Out
+from ._matcher import Step
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._decoders import StreamDecoder
     from ._delta import FinishReason
     from ._matcher import Matcher
@@ -70,6 +73,9 @@ class Boundary:
     _skip_chars: int
     _early: str
     _held_scan: HeldScan | None
+    _keep_log: bool
+    _first: Callable[[str], object] | None
+    _held_may_stop: bool
 
     if TYPE_CHECKING:  # the other parts of DetokenizerState that the boundary calls
 
@@ -77,6 +83,46 @@ class Boundary:
         def _log(self, kind: int, text: str) -> None: ...
         def _switch(self, pattern: Pattern, out: Out) -> None: ...
         def _unskip(self, text: str) -> str: ...
+        def _settle(self, text: str, out: Out) -> None: ...
+
+    # --- the shortcut's boundary (DetokenizerState.push_text) --------------------------
+
+    def _text_boundary(self, text: str) -> str:
+        """The boundary for ``push_text`` when stops are live (content is the only channel)."""
+        dec = self._dec
+        held = self._held_may_stop and not dec.idle and dec.holds()
+        if held or self._ac_state or (text and self._first(text) is not None):  # type: ignore[misc]
+            # A stop is partly matched, may start in this text, or may complete in what
+            # the decoder holds.
+            step = None if held else self._ac.steps[self._ac_state].get(text)  # type: ignore[union-attr]
+            if step is None:  # the boundary scan decides
+                return self._scan_text(text, held)
+            # This text was scanned from this node before, with no match: the same text
+            # leaves and the same text is held (Matcher.steps).
+            text, self._ac_state, self._pending = step
+        if text and self._keep_log:
+            self._log(CONTENT, text)
+        return text
+
+    def _scan_text(self, text: str, held: bool) -> str:
+        """The common outcome, no stop completes in the text nor in what the decoder holds
+        rendered as final, is ``_take``'s no-match branch without an ``Out`` (and is
+        remembered per node when nothing is held); any other goes through ``_settle``,
+        which scans again from the same node and decides."""
+        ac = self._ac
+        assert ac is not None
+        start = self._ac_state
+        node, hit = ac.scan(start, text)
+        if hit is None and (not held or self._held_hit(node) is None):
+            released = self._advance(node, text)
+            if not held:  # the outcome depends on the text and the start node only
+                ac.remember(start, text, Step(released, node, self._pending))
+            if released:
+                self._log(CONTENT, released)
+            return released
+        out = Out()
+        self._settle(text, out)
+        return "".join(out.text)
 
     # --- settled text -------------------------------------------------------------------
 

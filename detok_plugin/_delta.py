@@ -52,11 +52,23 @@ ONE_EMPTY = Delta(consumed=1)
 
 _tuple_new = tuple.__new__
 
+#: ``text_delta``'s Deltas, by text. A Delta is immutable, so one per text can be shared by
+#: every stream, and a stream's texts repeat (they are mostly a tokenizer's pieces): a
+#: lookup costs a fifth of building the tuple (docs/benchmarks.md). Bounded: past
+#: ``TEXT_DELTAS_MAX`` texts, new ones are built and not kept. Nothing else is learnt.
+TEXT_DELTAS: dict[str, Delta] = {"": ONE_EMPTY}
+TEXT_DELTAS_MAX = 1 << 16
+
 
 def text_delta(text: str) -> Delta:
-    """``Delta(text, consumed=1)``, built as the tuple it is (``Delta(...)`` goes through a
-    Python ``__new__`` with defaults: twice the cost, on the path of every token)."""
-    return _tuple_new(Delta, (text, "", (), None, None, 1))
+    """``Delta(text, consumed=1)``: the shared one for ``text``, else built as the tuple it
+    is (``Delta(...)`` goes through a Python ``__new__`` with defaults: twice the cost)."""
+    delta = TEXT_DELTAS.get(text)
+    if delta is None:
+        delta = _tuple_new(Delta, (text, "", (), None, None, 1))
+        if len(TEXT_DELTAS) < TEXT_DELTAS_MAX:
+            TEXT_DELTAS[text] = delta
+    return delta
 
 
 @dataclass(frozen=True, slots=True)

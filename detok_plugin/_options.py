@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from ._delta import CONTENT, REASONING, TOOL, Reasoning
@@ -35,9 +34,11 @@ class Pattern(NamedTuple):
     text: str
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class StreamConfig:
-    """The options of a stream, resolved. Shared by every stream with the same options."""
+class StreamConfig(NamedTuple):
+    """The options of a stream, resolved. Shared by every stream with the same options.
+
+    A ``NamedTuple``: built once per options never seen before, on the path of opening a
+    request, where a frozen dataclass's ``__init__`` costs ten times a tuple's."""
 
     #: Stop token ids and EOS ids: the ids that end the stream.
     stop_ids: frozenset[int]
@@ -84,7 +85,8 @@ def stream_config(
         reasoning=reasoning,
         patterns=patterns,
         matchers=matchers,
-        has_stops=tuple(any(p.kind == "stop" for p in ps) for ps in patterns),
+        # Stops come first in every channel's patterns (_channel_patterns).
+        has_stops=tuple([bool(ps) and ps[0].kind == "stop" for ps in patterns]),
         fffd_stops=any("\ufffd" in s for s in stops),
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._state import DetokenizerState
@@ -32,18 +32,21 @@ class IncrementalDetokenizer:
     :meth:`~DetokenizerState.push_text` verb (no Delta built per token).
     """
 
-    __slots__ = ("_state", "path")
+    __slots__ = ("_state", "path", "push")
+
+    #: ``push(token_id) -> str``: add one token id; return the text it settles (often
+    #: ``""``). It is the state's own ``push_text``, bound at construction: a wrapper method
+    #: would add a call to every token.
+    push: Callable[[int], str]
 
     def __init__(self, tokenizer: Any, prompt_ids: Sequence[int] = (), *, skip_special_tokens: bool = False) -> None:
         self._state = DetokenizerState.from_tokenizer(
             tokenizer, prompt_ids=prompt_ids, skip_special_tokens=skip_special_tokens, eos_token_ids=(), keep_log=False
         )
         self.path = self._state.path
-
-    def push(self, token_id: int) -> str:
-        """Add one token id; return the text it settles (often ``""``)."""
-        return self._state.push_text(token_id)
+        self.push = self._state.push_text
 
     def flush(self) -> str:
         """End the stream and return whatever was held (an incomplete tail as U+FFFD)."""
         return self._state.finish().text
+

@@ -12,7 +12,7 @@ stop strings, tags         the boundary (``_boundary.py``), one automaton per ch
 provisional stops          ``Boundary._held_hit`` (held text rendered as final)
 ``min_tokens``             ``Boundary._take`` and ``Boundary._scan_added``; ``_step`` for ids
 stop ids, EOS              ``_step`` here
-``max_tokens``             ``_step`` and ``_settle`` here
+``max_tokens``             ``_step`` and ``_settle`` here; ``_limit`` on the shortcut
 reasoning, tool calls      the channels (``_channels.py``)
 options                    ``StreamConfig`` (``_options.py``), frozen, shared per options
 ========================== ================================================================
@@ -34,14 +34,27 @@ steps without building an ``Out`` when nothing at the boundary can be touched.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ._boundary import Boundary, HeldScan
 from ._channels import Router
-from ._delta import CHANNEL_NAMES, CONTENT, ONE_EMPTY, REASONING, TAG, Delta, FinishReason, Out, Reasoning, Segment, text_delta
+from ._delta import (
+    CHANNEL_NAMES,
+    CONTENT,
+    ONE_EMPTY,
+    REASONING,
+    TAG,
+    TEXT_DELTAS,
+    Delta,
+    FinishReason,
+    Out,
+    Reasoning,
+    Segment,
+    text_delta,
+)
 from ._errors import StreamFinishedError
-from ._matcher import Step
 from ._opening import Opened, checked_push, open_decoder
 from ._options import Pattern, StreamConfig, forget, id_tags, stream_config
 from ._tags import TagSet
@@ -70,8 +83,9 @@ class DetokenizerState(Router, Boundary):
     __slots__ = (
         "token_ids",
         "_size",
-        "_hot",  # push_text may take its shortcut (a table, no tags or max_tokens, live)
+        "_hot",  # push_text may take its shortcut (a table, no tags, live, nothing to skip)
         "_stop_ids",  # _cfg.stop_ids, read per id
+        "_limit",  # max_tokens - 1 (sys.maxsize without): the shortcut takes no id past it
         "_keep_log",
         "finish_reason",
         "stop_reason",
@@ -156,6 +170,7 @@ class DetokenizerState(Router, Boundary):
     ) -> None:
         """Fill the slots: the decoder's, the options', and the running state's."""
         self._min_tokens, self._max_tokens = limits
+        self._limit = sys.maxsize if self._max_tokens is None else self._max_tokens - 1
         self.request_id = request_id
         self.path = opened.decoder.path
         self.why = opened.why
@@ -200,15 +215,25 @@ class DetokenizerState(Router, Boundary):
         self._hot = self._may_be_hot()
 
     def _may_be_hot(self) -> bool:
-        """push_text's shortcut applies: a table, content only, no length limit, live,
-        nothing of the prompt left to skip. (Stop ids are checked per id.)"""
-        cfg = self._cfg
-        return self._vocab is not None and cfg.tags is None and self._max_tokens is None and not (self._skip_chars or self._done)
+        """The shortcut applies: a table, content only, live, nothing of the prompt left to
+        skip. (Stop ids and ``max_tokens`` are checked per id: ``_shortcut``.)"""
+        return self._vocab is not None and self._cfg.tags is None and not (self._skip_chars or self._done)
 
     # --- the verbs ---------------------------------------------------------------------
 
     def push(self, ids: int | Sequence[int]) -> Delta:
         """Add one id or several (a speculative step); return what is now settled."""
+        if self._hot and type(ids) is int:
+            # Content only: push_text's text is all of this push's Delta.
+            text = self.push_text(ids)
+            if self.finish_reason is None:
+                return TEXT_DELTAS.get(text) or text_delta(text)
+            return Delta(text, finish_reason=self.finish_reason, stop_reason=self.stop_reason, consumed=1)
+        return self._push_checked(ids)
+
+    def _push_checked(self, ids: int | Sequence[int]) -> Delta:
+        """``push`` off ``push_text``'s shortcut: several ids, a stream with tags, or an id
+        the shortcut does not take."""
         if self._done:
             raise StreamFinishedError(len(self.token_ids), self.request_id, self.finish_reason or "finish() was called")
         vocab = self._vocab
@@ -241,13 +266,31 @@ class DetokenizerState(Router, Boundary):
         only (serving loops that read ``finish_reason`` and ``stop_reason`` off the state).
 
         Refused on a stream with tags, whose reasoning and tool-call channels it would drop.
+
+        The shortcut, every token's path: an int id in the table's range that is no stop id
+        and does not reach ``max_tokens``, on a stream that is live, content only and has
+        nothing of the prompt left to skip (``_hot``). An idle decoder's text is then one
+        index away; with stops, the boundary in ``_text_boundary``.
         """
         tid = token_id
-        if self._hot and type(tid) is int and 0 <= tid < self._size and tid not in self._stop_ids:
-            return self._text_step(tid)
-        if self._cfg.tags is not None:
-            raise ValueError("push_text() returns content only; a stream with tags needs push()")
-        return self.push(tid).text
+        if not (self._hot and type(tid) is int and 0 <= tid < self._size and tid not in self._stop_ids and len(self.token_ids) < self._limit):
+            if self._cfg.tags is not None:
+                raise ValueError("push_text() returns content only; a stream with tags needs push()")
+            return self._push_checked(tid).text
+        dec = self._dec
+        if not dec.idle or (text := dec.quick[tid]) is None:
+            if self._vocab[tid] is None:  # type: ignore[index]
+                return self._push_checked(tid).text  # a hole in the vocabulary: it raises
+            text = dec.feed_one(tid)
+        self.token_ids.append(tid)
+        if self._first is not None:
+            text = self._text_boundary(text)
+        elif text and self._keep_log:
+            self._log_kind.append(CONTENT)  # _log, inlined: this is every token's path
+            self._log_text.append(text)
+        if self._early:
+            self._settled()
+        return text
 
     def finish(self) -> Delta:
         """End the stream: release everything held, rendered as the final decode renders it."""
@@ -344,60 +387,6 @@ class DetokenizerState(Router, Boundary):
         if self.finish_reason is not None:
             self._close(out)
         self._settled()
-
-    def _text_step(self, tid: int) -> str:
-        """push_text's shortcut (content only, nothing skipped, live, no stop id): an idle
-        decoder's text is one index away; with stops, the boundary in ``_text_boundary``."""
-        dec = self._dec
-        if not dec.idle or (text := dec.quick[tid]) is None:
-            if self._vocab[tid] is None:  # type: ignore[index]
-                return self.push(tid).text  # a hole in the vocabulary: the checked path raises
-            text = dec.feed_one(tid)
-        self.token_ids.append(tid)
-        if self._first is not None:
-            text = self._text_boundary(text)
-        elif text and self._keep_log:
-            self._log(CONTENT, text)
-        if self._early:
-            self._settled()
-        return text
-
-    def _text_boundary(self, text: str) -> str:
-        """The boundary for ``_text_step`` when stops are live (content is the only channel)."""
-        dec = self._dec
-        held = self._held_may_stop and not dec.idle and dec.holds()
-        if held or self._ac_state or (text and self._first(text) is not None):  # type: ignore[misc]
-            # A stop is partly matched, may start in this text, or may complete in what
-            # the decoder holds.
-            step = None if held else self._ac.steps[self._ac_state].get(text)  # type: ignore[union-attr]
-            if step is None:  # the boundary scan decides
-                return self._scan_text(text, held)
-            # This text was scanned from this node before, with no match: the same text
-            # leaves and the same text is held (Matcher.steps).
-            text, self._ac_state, self._pending = step
-        if text and self._keep_log:
-            self._log(CONTENT, text)
-        return text
-
-    def _scan_text(self, text: str, held: bool) -> str:
-        """The common outcome, no stop completes in the text nor in what the decoder holds
-        rendered as final, is ``_take``'s no-match branch without an ``Out`` (and is
-        remembered per node when nothing is held); any other goes through ``_settle``,
-        which scans again from the same node and decides."""
-        ac = self._ac
-        assert ac is not None
-        start = self._ac_state
-        node, hit = ac.scan(start, text)
-        if hit is None and (not held or self._held_hit(node) is None):
-            released = self._advance(node, text)
-            if not held:  # the outcome depends on the text and the start node only
-                ac.remember(start, text, Step(released, node, self._pending))
-            if released:
-                self._log(CONTENT, released)
-            return released
-        out = Out()
-        self._settle(text, out)
-        return "".join(out.text)
 
     # --- helpers ---------------------------------------------------------------------------
 
