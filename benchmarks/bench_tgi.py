@@ -126,8 +126,8 @@ def text_path(model, requests, recorded, repeats: int) -> None:
         for criteria, (_, _, ids) in zip(shim_setup(), cases):
             for tid in ids:
                 criteria(tid, "")
-                criteria.detok.take_step()
-            _ = criteria.detok.text
+                criteria.take_step()
+            _ = criteria.text
 
     medians = interleaved_medians({"stock": stock, "shim": shim, "setup": shim_setup}, repeats)
     us = {k: v / n_ids * 1e6 for k, v in medians.items()}

@@ -46,6 +46,7 @@ __all__ = [
     "RequestText",
     "Settings",
     "log",
+    "open_stream",
     "special_stop_ids",
 ]
 
@@ -104,19 +105,38 @@ class Settings:
 class RequestText:
     """One request's text and stop decision over a :class:`ServingStream` (see the module).
 
-    ``request_id`` names the request in log lines only.
+    Its verb is TGI's ``StoppingCriteria``'s: ``r(id, text)`` takes one id (``text``, TGI's
+    own text for it, is not read) and returns ``(False, None)`` while the request goes on,
+    else ``(True, finish code)``; :meth:`push` is the same returning the code or ``None``.
+    Its counters carry TGI's names (``current_tokens``, ``max_new_tokens``), so the TGI
+    shim's criteria is this class mixed into TGI's ``StoppingCriteria``
+    (``_tgi_step.criteria_class``): each id TGI's step hands the criteria costs one Python
+    call over the stream's. ``request_id`` names the request in log lines only.
+
+    ``stream`` is None only in a subclass that has none (yet, or any more: the shim's
+    criteria before its first step and after it fell back to TGI's stock text); calling
+    then asks :meth:`_without_stream`, and an error from the stream goes to :meth:`_failed`
+    (both raise here; the shim's criteria answers with TGI's stock criteria).
     """
 
-    __slots__ = ("_stream", "_parts", "_sent", "_max", "_n", "request_id")
+    __slots__ = ("stream", "current_tokens", "max_new_tokens", "_parts", "_sent", "request_id")
+
+    stream: Any
+    current_tokens: int
+    max_new_tokens: int
+    request_id: str | None
 
     def __init__(self, stream: Any, max_new_tokens: int, request_id: str | None = None) -> None:
         """Over ``stream`` (a :class:`ServingStream`, or anything with its verbs);
         :meth:`build` makes one from TGI's parameters."""
-        self._stream = stream
+        self.current_tokens = 0
+        self.max_new_tokens = max_new_tokens
+        self._start(stream, request_id)
+
+    def _start(self, stream: Any, request_id: str | None) -> None:
+        self.stream = stream
         self._parts: list[str] = []
         self._sent = 0
-        self._max = max_new_tokens
-        self._n = 0
         self.request_id = request_id
 
     @classmethod
@@ -133,48 +153,50 @@ class RequestText:
     ) -> RequestText:
         """Start a request's text: TGI's stopping parameters, the EOS ids its criteria use
         (empty when the request ignores EOS) and the prompt's ids."""
-        stops = tuple(s for s in stop_sequences if s)
-        stop_ids = special_stop_ids(tokenizer, stops)
-        options: dict[str, Any] = {
-            "prompt_ids": prompt_ids,
-            "skip_special_tokens": True,
-            "stop": stops,
-            "stop_token_ids": stop_ids,
-            "eos_token_ids": tuple(eos_token_ids),
-            "include_stop_str_in_output": settings.keep_stop,
-            "request_id": request_id,
-        }
-        stream: Any
-        if settings.strip_reasoning is None:
-            stream = ServingStream.from_tokenizer(tokenizer, on_unknown_id=_log_unknown_id, **options)
-        else:
-            stream = _StrippedStream(
-                DetokenizerState.from_tokenizer(
-                    tokenizer, tags=settings.strip_reasoning, reasoning="strip", keep_log=False, **options
-                )
-            )
+        stream = open_stream(tokenizer, prompt_ids, stop_sequences=stop_sequences,
+                             eos_token_ids=eos_token_ids, settings=settings, request_id=request_id)
         return cls(stream, max_new_tokens, request_id)
+
+    def __call__(self, last_token: Any, last_output: str = "") -> tuple[bool, int | None]:
+        """Take one id (an int, or anything ``int()`` takes: TGI's CausalLM hands a 0-d
+        tensor); ``(False, None)`` while the request goes on, else ``(True, finish code)``."""
+        stream = self.stream
+        if stream is None:
+            return self._without_stream(last_token, last_output)
+        self.current_tokens += 1
+        try:
+            text = stream.push_text(last_token if last_token.__class__ is int else int(last_token))
+        except Exception as exc:
+            self.current_tokens -= 1
+            return self._failed(exc, last_token, last_output)
+        if stream.finish_reason is None and self.current_tokens < self.max_new_tokens:
+            self._parts.append(text)
+            return (False, None)
+        return (True, self._end(text))
 
     def push(self, token_id: int) -> int | None:
         """Take one id; ``None`` while the request goes on, else TGI's finish code."""
-        self._n += 1
-        stream = self._stream
-        text = stream.push_text(token_id)
+        return self(token_id)[1]
+
+    def _end(self, text: str) -> int:
+        """The request ends on this id (its ``text``): release what the stream holds (after
+        a stop, which already cut what followed it, finish() adds nothing); the code."""
+        stream = self.stream
         reason = stream.finish_reason
-        if reason is None and self._n < self._max:
-            self._parts.append(text)
-            return None
-        # The request ends on this id: release what the stream holds (after a stop, which
-        # already cut what followed it, finish() adds nothing).
         if reason is None:
             code = FINISH_LENGTH
         elif stream.stop_reason is not None:
             code = FINISH_STOP_SEQUENCE
         else:
             code = FINISH_LENGTH if reason == "length" else FINISH_EOS_TOKEN
-        text += stream.finish().text
-        self._parts.append(text)
+        self._parts.append(text + stream.finish().text)
         return code
+
+    def _without_stream(self, last_token: Any, last_output: str) -> tuple[bool, int | None]:
+        raise ValueError(f"request {self.request_id}: no stream")
+
+    def _failed(self, exc: Exception, last_token: Any, last_output: str) -> tuple[bool, int | None]:
+        raise exc
 
     def take_step(self) -> list[str]:
         """The texts of the ids pushed since the last call, one per id."""
@@ -189,13 +211,43 @@ class RequestText:
 
     @property
     def generated_tokens(self) -> int:
-        """How many ids were pushed (TGI's ``current_tokens``)."""
-        return self._n
+        """How many ids were taken (TGI's ``current_tokens``)."""
+        return self.current_tokens
 
     @property
     def path(self) -> str:
         """The core's decoder path: ``byte_level``, ``sentencepiece`` or ``generic``."""
-        return self._stream.path  # type: ignore[no-any-return]
+        return self.stream.path  # type: ignore[no-any-return]
+
+
+def open_stream(
+    tokenizer: Any,
+    prompt_ids: Sequence[int],
+    *,
+    stop_sequences: Iterable[str],
+    eos_token_ids: Iterable[int],
+    settings: Settings = Settings(),
+    request_id: str | None = None,
+) -> Any:
+    """A request's stream (:class:`ServingStream`, or with ``settings.strip_reasoning`` a
+    :class:`DetokenizerState` behind its verbs) from TGI's stopping parameters."""
+    stops = tuple(s for s in stop_sequences if s)
+    options: dict[str, Any] = {
+        "prompt_ids": prompt_ids,
+        "skip_special_tokens": True,
+        "stop": stops,
+        "stop_token_ids": special_stop_ids(tokenizer, stops),
+        "eos_token_ids": tuple(eos_token_ids),
+        "include_stop_str_in_output": settings.keep_stop,
+        "request_id": request_id,
+    }
+    if settings.strip_reasoning is None:
+        return ServingStream.from_tokenizer(tokenizer, on_unknown_id=_log_unknown_id, **options)
+    return _StrippedStream(
+        DetokenizerState.from_tokenizer(
+            tokenizer, tags=settings.strip_reasoning, reasoning="strip", keep_log=False, **options
+        )
+    )
 
 
 class _StrippedStream:

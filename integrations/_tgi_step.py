@@ -5,11 +5,12 @@ base, and :func:`wrap_generate_token` takes a stock ``generate_token``. ``tgi.in
 puts them in place. What one step does, for the requests whose criteria are ours:
 
 1. :func:`prepare` (before the stock step): a request seen for the first time gets its
-   :class:`RequestText`, built from the prompt ids its batch holds; on failure it stays
-   stock (logged once). It returns ``{request id: criteria}`` for the step.
+   stream, built from the prompt ids its batch holds; on failure it stays stock (logged
+   once). It returns ``{request id: criteria}`` for the step.
 2. The stock step calls the criteria once per id (several with speculation, stopping at
-   the first that ends the request): ``__call__`` counts ``current_tokens`` as stock does
-   and asks the request's text whether the id ends the request, and why.
+   the first that ends the request): the criteria is the request's :class:`RequestText`,
+   which counts ``current_tokens`` as stock does and asks the stream whether the id ends
+   the request, and why.
 3. :func:`rewrite` (after it): each ``Generation`` of ours gets the texts of its ids,
    ``is_special`` only where a special id's text is ``""`` (the chat stream drops a special
    token's text), and, when the request ended, ``generated_text.text`` = the joined texts.
@@ -21,7 +22,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ._tgi_request import RequestText, Settings, log
+from ._tgi_request import RequestText, Settings, log, open_stream
 
 __all__ = ["criteria_class", "prepare", "prompt_of", "rewrite", "wrap_generate_token"]
 
@@ -29,58 +30,56 @@ __all__ = ["criteria_class", "prepare", "prompt_of", "rewrite", "wrap_generate_t
 STOCK_ATTR = "__detok_stock__"
 
 
-class _Ours:
+class _Ours(RequestText):
     """What the criteria subclass adds to TGI's ``StoppingCriteria`` (see :func:`criteria_class`).
 
-    ``detok`` is the request's :class:`RequestText`: ``None`` until the first step builds it
-    and when the request is stock. ``detok_pending`` is True until that first step tried.
+    The criteria *is* the request's :class:`RequestText`: TGI's step calls it per id and
+    :class:`RequestText`'s ``__call__`` answers, one Python call over the core's. Its
+    ``stream`` is ``None`` until the first step builds it, and for good when the request is
+    stock (it could not be built, or the core raised: logged); then TGI's own
+    ``__call__`` answers. ``detok_pending`` is True until that first step tried.
     """
 
     # Set by criteria_class on the subclass.
     _stock_call: Callable[..., tuple[bool, int | None]]
     settings: Settings
     # Ours, per instance (from_stock).
-    detok: RequestText | None
     detok_pending: bool
     detok_stops: tuple[str, ...]
     detok_tokenizer: Any
+    detok_id: Any  # the request's id (TGI's Request.id), set by prepare
     # TGI's, per instance (copied from the stock instance).
-    current_tokens: int
-    max_new_tokens: int
     eos_token_ids: set[int]
     ignore_eos_token: bool
 
-    def __call__(self, last_token: Any, last_output: str) -> tuple[bool, int | None]:
-        detok = self.detok
-        if detok is None:
-            return self._stock_call(last_token, last_output)  # a stock request
-        self.current_tokens += 1
-        try:
-            code = detok.push(last_token if last_token.__class__ is int else int(last_token))
-        except Exception as exc:  # never raise in TGI's loop: this request goes on stock
-            log("ERROR", f"detok-plugin: request {detok.request_id}: {exc!r}; it goes on with TGI's stock text")
-            self.detok = None
-            self.current_tokens -= 1
-            return self._stock_call(last_token, last_output)
-        return (False, None) if code is None else (True, code)
+    def _without_stream(self, last_token: Any, last_output: str) -> tuple[bool, int | None]:
+        return self._stock_call(last_token, last_output)  # a stock request
+
+    def _failed(self, exc: Exception, last_token: Any, last_output: str) -> tuple[bool, int | None]:
+        # never raise in TGI's loop: this request goes on stock
+        log("ERROR", f"detok-plugin: request {self.request_id}: {exc!r}; it goes on with TGI's stock text")
+        self.stream = None
+        return self._stock_call(last_token, last_output)
 
     def detok_build(self, prompt_ids: list[int], request_id: Any) -> None:
-        """Build this request's text (step 1); a failure leaves it stock, logged."""
+        """Build this request's stream (step 1); a failure leaves it stock, logged."""
         self.detok_pending = False
         eos = () if self.ignore_eos_token else tuple(self.eos_token_ids)
         try:
-            self.detok = RequestText.build(
+            stream = open_stream(
                 self.detok_tokenizer,
                 prompt_ids,
                 stop_sequences=self.detok_stops,
                 eos_token_ids=eos,
-                max_new_tokens=self.max_new_tokens,
                 settings=self.settings,
                 request_id=str(request_id),
             )
         except Exception as exc:
             log("WARNING", f"detok-plugin: request {request_id} stays stock: {exc!r}")
-        self.detok_tokenizer = None  # the state holds what it needs
+        else:
+            self._start(stream, str(request_id))
+        self.detok_id = request_id
+        self.detok_tokenizer = None  # the stream holds what it needs
 
 
 def criteria_class(base: type, settings: Settings) -> type:
@@ -92,11 +91,17 @@ def criteria_class(base: type, settings: Settings) -> type:
 
     def from_stock(cls: Any, stock: Any, stops: tuple[str, ...], tokenizer: Any) -> Any:
         self = cls.__new__(cls)
-        self.__dict__.update(stock.__dict__)
-        self.detok = None
+        fields = dict(stock.__dict__)
+        # TGI's counters live in RequestText's slots (no stale copy in __dict__).
+        self.current_tokens = fields.pop("current_tokens")
+        self.max_new_tokens = fields.pop("max_new_tokens")
+        self.__dict__.update(fields)
+        self.stream = None
+        self.request_id = None
         self.detok_pending = True
         self.detok_stops = stops
         self.detok_tokenizer = tokenizer
+        self.detok_id = None
         return self
 
     return type(
@@ -133,43 +138,47 @@ def prompt_of(batch: Any, i: int) -> list[int]:
 
 
 def prepare(batch: Any, cls: Any) -> dict[Any, Any]:
-    """Step 1: build new requests' texts; ``{request id: criteria}`` for ours."""
+    """Step 1: build new requests' streams; ``{request id: criteria}`` for ours."""
     ours: dict[Any, Any] = {}
-    requests = batch.requests
     criteria: Any
     for i, criteria in enumerate(batch.stopping_criterias):
         if criteria.__class__ is not cls:
             continue
         if criteria.detok_pending:  # a request's first step
+            request_id = batch.requests[i].id
             try:
                 prompt = prompt_of(batch, i)
             except Exception as exc:
                 criteria.detok_pending = False
-                log("WARNING", f"detok-plugin: request {requests[i].id} stays stock: no prompt ids ({exc!r})")
+                log("WARNING", f"detok-plugin: request {request_id} stays stock: no prompt ids ({exc!r})")
                 continue
-            criteria.detok_build(prompt, requests[i].id)
-        if criteria.detok is not None:
-            ours[requests[i].id] = criteria
+            criteria.detok_build(prompt, request_id)
+        if criteria.stream is not None:
+            ours[criteria.detok_id] = criteria
     return ours
 
 
 def rewrite(generations: list[Any], ours: dict[Any, Any]) -> None:
-    """Step 3: the core's texts into each of our requests' ``Generation``."""
+    """Step 3: the core's texts into each of our requests' ``Generation``.
+
+    ``is_special`` is rebuilt only when it holds a special id (most steps keep TGI's
+    list, all false, as it is)."""
+    get = ours.get
     for generation in generations:
-        criteria = ours.get(generation.request_id)
-        if criteria is None or criteria.detok is None:
+        criteria = get(generation.request_id)
+        if criteria is None or criteria.stream is None:
             continue
-        detok = criteria.detok
-        texts = detok.take_step()
+        texts = criteria.take_step()
         tokens = generation.tokens
         if len(texts) != len(tokens.token_ids):
             log("ERROR", f"detok-plugin: request {generation.request_id}: {len(texts)} texts for "
                 f"{len(tokens.token_ids)} ids; the step keeps TGI's texts")
             continue
         tokens.texts = texts
-        tokens.is_special = [special and not text for special, text in zip(tokens.is_special, texts)]
+        if any(tokens.is_special):
+            tokens.is_special = [special and not text for special, text in zip(tokens.is_special, texts)]
         if generation.generated_text is not None:
-            generation.generated_text.text = detok.text
+            generation.generated_text.text = criteria.text
 
 
 def wrap_generate_token(stock: Callable[..., Any], cls: type) -> Callable[..., Any]:
