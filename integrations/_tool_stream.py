@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from detok_plugin.integrations._xml_stream import XmlBodyReader
 
@@ -62,6 +62,7 @@ _DS_CLOSERS = ("\n```", _DS_END)
 _KIMI_CALL = "<|tool_call_begin|>"
 _KIMI_ARGS = "<|tool_call_argument_begin|>"
 _KIMI_END = "<|tool_call_end|>"
+_JsonFormat = Literal["hermes", "llama3", "mistral", "deepseek", "deepseek_v31", "kimi_k2"]
 #: Formats whose arguments run raw between markers, and what ends them.
 _RAW_CLOSERS = {"deepseek": _DS_CLOSERS, "deepseek_v31": (_DS_END,), "kimi_k2": (_KIMI_END,)}
 
@@ -69,8 +70,8 @@ _RAW_CLOSERS = {"deepseek": _DS_CLOSERS, "deepseek_v31": (_DS_END,), "kimi_k2": 
 def reader_for(fmt: str, tools: Sequence[Mapping[str, Any]] | None) -> BodyReader | XmlBodyReader:
     """The reader for a tool format: the XML ones need the request's tools to type values."""
     if fmt in ("qwen3_xml", "glm45"):
-        return XmlBodyReader(fmt, tools)  # type: ignore[arg-type]
-    return BodyReader(fmt)  # type: ignore[arg-type]
+        return XmlBodyReader(cast(Literal["qwen3_xml", "glm45"], fmt), tools)
+    return BodyReader(cast(_JsonFormat, fmt))
 
 
 class BodyReader:
@@ -80,7 +81,7 @@ class BodyReader:
 
     __slots__ = ("fmt", "buf", "pos", "calls", "args", "done", "_depth", "_in_str", "_esc", "_open", "_key", "_dead")
 
-    def __init__(self, fmt: Literal["hermes", "llama3", "mistral", "deepseek", "deepseek_v31", "kimi_k2"]) -> None:
+    def __init__(self, fmt: _JsonFormat) -> None:
         self.fmt = fmt
         self.buf = ""
         self.pos = 0  # scanned up to here

@@ -2,7 +2,8 @@
 
 ``--reasoning-parser detok_qwen3 --tool-call-parser detok_qwen3 --enable-auto-tool-choice``
 (or ``detok_hermes``, ``detok_deepseek_r1``, ``detok_deepseek_v31``, ``detok_qwen3_coder``,
-``detok_glm45``, ``detok_kimi_k2``; tool calls only: ``detok_mistral``, ``detok_llama3``) makes vLLM's chat layer split each request's output with one
+``detok_glm45``, ``detok_kimi_k2``, ``detok_gpt_oss``; tool calls only: ``detok_mistral``,
+``detok_llama3``) makes vLLM's chat layer split each request's output with one
 :class:`detok_plugin.DetokenizerState` with tags, fed the token ids vLLM passes:
 
 1. a tag spread over any number of tokens or steps never leaks into ``content`` and
@@ -43,18 +44,23 @@ try:
     from vllm.parser.parser_manager import ParserManager
     from vllm.reasoning.abs_reasoning_parsers import ReasoningParserManager
     from vllm.reasoning.basic_parsers import BaseThinkingReasoningParser
+    from vllm.reasoning.gptoss_reasoning_parser import GptOssReasoningParser
     from vllm.tool_parsers.abstract_tool_parser import ToolParser, ToolParserManager
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError(f"detok_plugin.integrations.vllm_chat needs vLLM 0.32 or 0.33: pip install detok-plugin[vllm] ({exc})") from exc
 
 from detok_plugin.integrations._chat_channels import Channels
+from detok_plugin.integrations._harmony import HarmonyChannels
 
-__all__ = ["PREFIX", "DetokChatParser", "chat_problems", "parser_class", "register_chat_parsers"]
+__all__ = ["HARMONY", "PREFIX", "DetokChatParser", "DetokHarmonyParser", "chat_problems", "parser_class", "register_chat_parsers"]
 
 logger = logging.getLogger("vllm.detok_plugin")
 
 #: Every parser name this module registers begins with it.
 PREFIX = "detok_"
+
+#: gpt-oss's parser name: harmony, read by ``_harmony.HarmonyChannels`` (not a core preset).
+HARMONY = PREFIX + "gpt_oss"
 
 #: Tool formats whose body markers are special tokens of the family's tokenizer (Kimi K2's
 #: ``<|tool_call_begin|>`` ...): a request with tools keeps special tokens in its text, as
@@ -120,7 +126,7 @@ class DetokChatParser(Parser):
         (it is the same ids' text, cut the same way)."""
         if self._chat is None:
             prompt = prompt_token_ids if prompt_token_ids is not None else self._prompt
-            self._chat = Channels(self, request, prompt or ())
+            self._chat = self._channels(request, prompt or (), streaming=True)
         message: DeltaMessage | None = self._chat.step(delta_token_ids, finished).message(request)
         return message
 
@@ -134,12 +140,46 @@ class DetokChatParser(Parser):
         """A whole output (non-streaming): the same channels, from the ids."""
         if not model_output_token_ids:
             return None, model_output or None, None
-        chat = Channels(self, request, self._prompt or (), streaming=False)
+        chat = self._channels(request, self._prompt or (), streaming=False)
         out = chat.step(list(model_output_token_ids), True)
         reasoning = "".join(out.reasoning) or None
         content = "".join(out.content) or None
         calls = [FunctionCall(name=name, arguments=args) for name, args in chat.complete]
         return reasoning, content, calls or None
+
+    def _channels(self, request: Any, prompt: Sequence[int], *, streaming: bool) -> Any:
+        return Channels(self, request, prompt, streaming=streaming)
+
+
+class DetokHarmonyParser(DetokChatParser):
+    """gpt-oss (``detok_gpt_oss``): harmony messages read by id (``_harmony``). Not a tag
+    preset of the core: harmony's headers are a grammar, not a pair of tags."""
+
+    tags = TagSet("gpt_oss")
+
+    def adjust_request(self, request: Any) -> Any:
+        if self._reasoning_parser is not None:
+            request = self._reasoning_parser.adjust_request(request)
+        if self._tool_parser is not None:
+            request = self._tool_parser.adjust_request(request)
+        return request
+
+    def parse(
+        self,
+        model_output: str,
+        request: Any,
+        enable_auto_tools: bool = False,
+        model_output_token_ids: Sequence[int] = (),
+    ) -> tuple[str | None, str | None, list[FunctionCall] | None]:
+        """A whole output: bodies joined by newlines, as vLLM's harmony parser joins them."""
+        chat = HarmonyChannels(self, request, self._prompt or (), streaming=False)
+        chat.step(list(model_output_token_ids), True)
+        reasoning, content = chat.joined()
+        calls = [FunctionCall(name=name, arguments=args) for name, args in chat.complete]
+        return reasoning, content, calls or None
+
+    def _channels(self, request: Any, prompt: Sequence[int], *, streaming: bool) -> Any:
+        return HarmonyChannels(self, request, prompt, streaming=streaming)
 
 
 # --- parser classes per preset, and registration ----------------------------------------
@@ -192,6 +232,8 @@ def _compose(cls: Any, bound: inspect.BoundArguments) -> Any:
     """ParserManager._compose_parser for detok names; None if neither name is ours."""
     args = bound.arguments
     r_name, t_name = args.get("reasoning_parser_name"), args.get("tool_parser_name")
+    if HARMONY in (r_name, t_name):
+        return _harmony_compose(r_name, t_name, bool(args.get("enable_auto_tools")))
     r_tags, t_tags = _preset(r_name), _preset(t_name)
     if r_tags is None and t_tags is None:
         return None
@@ -211,6 +253,28 @@ def _compose(cls: Any, bound: inspect.BoundArguments) -> Any:
         r.reasoning_open, r.reasoning_close, t.tool_open, t.tool_close, t.tool_format,
     )
     return parser_class(tags, reasoning, tools)
+
+
+def _harmony_compose(r_name: str | None, t_name: str | None, auto_tools: bool) -> type[DetokChatParser] | None:
+    for name in (r_name, t_name):
+        if name and name != HARMONY:
+            raise TypeError(f"{HARMONY} pairs only with itself (--reasoning-parser {HARMONY} --tool-call-parser {HARMONY})")
+    return _harmony_class(r_name == HARMONY, auto_tools and t_name == HARMONY)
+
+
+@functools.cache
+def _harmony_class(reasoning: bool, tools: bool) -> type[DetokChatParser]:
+    """The harmony parser with vLLM's own ``GptOssReasoningParser`` as its reasoning half
+    (what the engine core asks), and/or the tool half."""
+    return type(
+        "DetokHarmonyParser_gpt_oss",
+        (DetokHarmonyParser,),
+        {
+            "reasoning_parser_cls": GptOssReasoningParser if reasoning else None,
+            "tool_parser_cls": DetokToolParser if tools else None,
+            "__module__": __name__,
+        },
+    )
 
 
 class _ComposeHookState:
@@ -262,6 +326,8 @@ def register_chat_parsers() -> bool:
         if tags.reasoning_open and tags.reasoning_close:
             cls = _reasoning_class(tags.reasoning_open, tags.reasoning_close)
             ReasoningParserManager.register_module(PREFIX + name, force=True, module=cls)
+    ToolParserManager.register_module(HARMONY, force=True, module=DetokToolParser)
+    ReasoningParserManager.register_module(HARMONY, force=True, module=GptOssReasoningParser)
     with _ComposeHook.lock:
         current = ParserManager.__dict__["_compose_parser"]
         if current.__func__ is not _wrapped_compose:

