@@ -115,6 +115,21 @@ class HarmonyChannels:
         self.done = False  # a stop string ended the reply
         self.complete: list[tuple[str, str]] = []
         self.messages: list[tuple[str, str]] = []  # (kind, text) of each finished body
+        self._resume(prompt)
+
+    def _resume(self, prompt: Sequence[int]) -> None:
+        """Start where the prompt leaves off: in a header after its last ``<|start|>`` (the
+        template's ``<|start|>assistant``), or inside a body when the prompt ends after a
+        header's ``<|message|>`` (a prefilled answer, which the body's stream continues)."""
+        ids = self.ids
+        markers = (ids.start, ids.message, ids.end, ids.ret, ids.call)
+        last = next((i for i in range(len(prompt) - 1, -1, -1) if prompt[i] in markers), -1)
+        if last < 0 or prompt[last] != ids.message:
+            self.header_ids = list(prompt[last + 1 :]) if last >= 0 and prompt[last] == ids.start else []
+            return
+        start = next((i for i in range(last - 1, -1, -1) if prompt[i] == ids.start), -1)
+        self.header_ids = list(prompt[start + 1 : last])
+        self._open(Parts(), body_prompt=prompt[last + 1 :])
 
     def step(self, ids: Sequence[int], finished: bool) -> Parts:
         parts = Parts()
@@ -151,7 +166,7 @@ class HarmonyChannels:
         if self.state.finished:  # a stop string
             self.done = True
 
-    def _open(self, parts: Parts) -> None:
+    def _open(self, parts: Parts, body_prompt: Sequence[int] = ()) -> None:
         text = self.tokenizer.decode(self.header_ids, skip_special_tokens=False)
         self.header = Header.parse(text)
         self.header_ids = []
@@ -159,7 +174,7 @@ class HarmonyChannels:
         cut = self.header.kind() in ("content", "reasoning")
         self.state = DetokenizerState.from_tokenizer(
             self.tokenizer,
-            prompt_ids=(),
+            prompt_ids=body_prompt,
             skip_special_tokens=True,
             stop=_stops(self.request) if cut else (),
             stop_token_ids=(),

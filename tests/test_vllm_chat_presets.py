@@ -521,6 +521,22 @@ def test_harmony_name_first_then_arguments_as_they_form() -> None:
     assert len(named) == 1 and len(pieces) > 5 and "".join(pieces) == CALL[2]
 
 
+@pytest.mark.parametrize(
+    ("prefill", "want"),
+    [
+        pytest.param("<|channel|>final<|message|>Sure,", ("", " 東京 is sunny."), id="inside-final"),
+        pytest.param("<|channel|>analysis<|message|>", (" 東京 is sunny.", ""), id="inside-analysis"),
+    ],
+)
+def test_harmony_prompt_that_ends_inside_a_message(prefill: str, want: tuple[str, str]) -> None:
+    """A prompt that ends after a header's ``<|message|>`` (a prefilled answer) starts the
+    reply in that body; the prompt's own text is not sent again."""
+    tok = tokenizer("gpt_oss")
+    out = enc(tok, " 東京 is sunny.") + enc(tok, "<|return|>" if want[1] else "<|end|>")
+    seen = chat(HARMONY, out, prompt=HARMONY.prompt + prefill)
+    assert (seen.joined("reasoning"), seen.joined("content")) == want
+
+
 #: Where vLLM's harmony parser is wrong, by name; asserted below (ours right, stock wrong).
 HARMONY_STOCK_WRONG = {
     "stop_string_sent_in_content": "a stop string in the answer: the detokenizer cuts before it and the engine "
