@@ -118,19 +118,22 @@ def schema_types(schema: Any) -> set[str]:
     when it says none."""
     if not isinstance(schema, Mapping):
         return {"string"}
-    types: set[str] = set()
-    declared = schema.get("type")
-    for t in declared if isinstance(declared, list) else [declared]:
-        if isinstance(t, str):
-            types.add(t)
-    enum = schema.get("enum")
-    for value in enum if isinstance(enum, list) else ():
-        types.add("null" if value is None else next((n for k, n in _ENUM_TYPES if isinstance(value, k)), "string"))
+    types = _declared(schema)
     for key in ("anyOf", "oneOf", "allOf"):
         choices = schema.get(key)
         for choice in choices if isinstance(choices, list) else ():
             types |= schema_types(choice)
     return {_ALIASES.get(t.strip().lower(), t.strip().lower()) for t in types} or {"string"}
+
+
+def _declared(schema: Mapping[str, Any]) -> set[str]:
+    """The types one schema names itself: its ``type`` (one or a list) and its ``enum``'s."""
+    declared = schema.get("type")
+    types = {t for t in (declared if isinstance(declared, list) else [declared]) if isinstance(t, str)}
+    enum = schema.get("enum")
+    for value in enum if isinstance(enum, list) else ():
+        types.add("null" if value is None else next((n for k, n in _ENUM_TYPES if isinstance(value, k)), "string"))
+    return types
 
 
 def coerce_value(value: str, types: set[str]) -> Any:
