@@ -13,7 +13,8 @@ gives every live request one id. What is timed, per step: vLLM's real
 * ``detok``: ``DETOK_PLUGIN=1``, ``--reasoning-parser detok_qwen3 --tool-call-parser detok_qwen3``.
 
 Requests are built and added untimed; then the two replays alternate (``--repeats``
-times after a warm-up pair), each replay's steps timed with ``perf_counter_ns``; the figure
+times after a warm-up pair), each replay's steps timed in CPU time (``process_time_ns``: the
+shared machine's load is not ours) with the setup heap frozen as vLLM's server freezes it; the figure
 is the median replay's nanoseconds per token, and the ratio the median of per-pair ratios.
 Both replays' reasoning, content and tool calls are checked equal before timing.
 
@@ -94,13 +95,21 @@ class Replay:
         """The replay, timed: seconds for every step (detokenizer and parser)."""
         op, procs, seen = self.op, self.procs, self.seen
         with _switch(self.plugin):
+            # The setup heap frozen, as vLLM's server freezes it after start-up
+            # (vllm.utils.gc_utils.freeze_gc_heap): else a full collection over it lands on
+            # whichever replay runs when it comes.
             gc.collect()
-            t0 = time.perf_counter_ns()
-            for outputs in self.steps:
-                for ro in op.process_outputs(outputs).request_outputs:
-                    co = ro.outputs[0]
-                    seen[ro.request_id].append(procs[ro.request_id].step(co.text, list(co.token_ids), co.finish_reason, ro.prompt_token_ids).delta)
-            return (time.perf_counter_ns() - t0) / 1e9
+            gc.freeze()
+            try:
+                t0 = time.process_time_ns()
+                for outputs in self.steps:
+                    for ro in op.process_outputs(outputs).request_outputs:
+                        co = ro.outputs[0]
+                        delta = procs[ro.request_id].step(co.text, list(co.token_ids), co.finish_reason, ro.prompt_token_ids).delta
+                        seen[ro.request_id].append(delta)
+                return (time.process_time_ns() - t0) / 1e9
+            finally:
+                gc.unfreeze()
 
     def joined(self) -> dict[str, tuple[str, str, str]]:
         out = {}

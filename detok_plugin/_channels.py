@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 __all__: list[str] = []
 
+DROPPED = -1  # a channel number: text that goes nowhere (reasoning="strip")
+
 
 class Router:
     """The channels of one stream (see the module docstring)."""
@@ -52,20 +54,27 @@ class Router:
 
         def _log(self, kind: int, text: str) -> None: ...
 
+    def _channel(self) -> int:
+        """Where text released in the current mode goes: ``CONTENT`` (``Delta.text``),
+        ``REASONING`` (``Delta.reasoning``), ``TOOL`` (the tool body), or ``DROPPED``
+        (reasoning with ``reasoning="strip"``)."""
+        mode = self._mode
+        if mode == REASONING:
+            reasoning = self._cfg.reasoning
+            return REASONING if reasoning == "separate" else CONTENT if reasoning == "inline" else DROPPED
+        return mode
+
     def _emit(self, text: str, out: Out) -> None:
         """Send released text to the current mode's channel."""
         if not text:
             return
-        mode = self._mode
-        self._log(mode, text)
-        if mode == CONTENT:
+        self._log(self._mode, text)
+        channel = self._channel()
+        if channel == CONTENT:
             out.text.append(text)
-        elif mode == REASONING:
-            if self._cfg.reasoning == "separate":
-                out.reasoning.append(text)
-            elif self._cfg.reasoning == "inline":
-                out.text.append(text)
-        else:
+        elif channel == REASONING:
+            out.reasoning.append(text)
+        elif channel == TOOL:
             self._tool_body.append(text)
             out.tools.append(ToolCall(self._tool_index, text))
 

@@ -71,6 +71,11 @@ def text_delta(text: str) -> Delta:
     return delta
 
 
+def reasoning_delta(text: str) -> Delta:
+    """``Delta(reasoning=text, consumed=1)``, built as the tuple it is."""
+    return _tuple_new(Delta, ("", text, (), None, None, 1))
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     """One piece of the lossless log: joined, the pieces are the full decode up to the stop."""

@@ -47,11 +47,13 @@ from ._delta import (
     REASONING,
     TAG,
     TEXT_DELTAS,
+    TOOL,
     Delta,
     FinishReason,
     Out,
     Reasoning,
     Segment,
+    reasoning_delta,
     text_delta,
 )
 from ._errors import StreamFinishedError
@@ -246,7 +248,7 @@ class DetokenizerState(Router, Boundary):
             and ids not in self._id_tags
             and ids not in self._stop_ids
         ):
-            return self._push_one(ids)  # type: ignore[return-value]
+            return self._push_one(ids)
         checked = checked_push(ids, len(self.token_ids), self._vocab, self._size, self.request_id)
         out = Out()
         consumed = 0
@@ -345,7 +347,7 @@ class DetokenizerState(Router, Boundary):
         elif self._max_tokens is not None and len(self.token_ids) >= self._max_tokens:  # (5)
             self.finish_reason = "length"
 
-    def _push_one(self, tid: int, as_text: bool = False) -> Delta | str:
+    def _push_one(self, tid: int) -> Delta:
         """``_step`` of one checked id that is no stop id or id tag, with nothing of the
         prompt to skip, without an ``Out`` when its text passes the boundary untouched."""
         self.token_ids.append(tid)
@@ -353,29 +355,31 @@ class DetokenizerState(Router, Boundary):
         if text and self._passes(text):
             if self._keep_log:
                 self._log_text.append(text)
-                self._log_kind.append(CONTENT)
+                self._log_kind.append(self._mode)
             self._settled()
-            return text if as_text else text_delta(text)
+            channel = self._channel()
+            if channel == CONTENT:
+                return TEXT_DELTAS.get(text) or text_delta(text)
+            return reasoning_delta(text) if channel == REASONING else ONE_EMPTY
         out = Out()
         self._settle(text, out)
-        if as_text:
-            return "".join(out.text)
         if self.finish_reason is None and out.empty():
             return ONE_EMPTY
         return self._delta(out, 1)
 
     def _passes(self, text: str) -> bool:
-        """Nothing at the boundary can touch ``text``: it is content, no pattern is partly
-        matched or can start in it, the length limit is not reached, and nothing the
-        decoder holds can complete a stop."""
+        """Nothing at the boundary can touch ``text``: it is content or reasoning, no
+        pattern is partly matched or can start in it, the length limit is not reached, and
+        nothing the decoder holds can complete a stop."""
         ac = self._ac
         limit = self._max_tokens
+        mode = self._mode
         return (
-            self._mode == CONTENT
+            mode != TOOL
             and self._ac_state == 0
             and (ac is None or ac.first.search(text) is None)
             and (limit is None or len(self.token_ids) < limit)
-            and not (self._cfg.has_stops[CONTENT] and self._dec.holds())
+            and not (self._cfg.has_stops[mode] and self._dec.holds())
         )
 
     def _settle(self, text: str, out: Out) -> None:
