@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("vllm.parser.abstract_parser", reason="vLLM 0.32+ is not installed: pip install detok-plugin[vllm]")
 
@@ -582,3 +584,54 @@ def test_harmony_non_streaming_parse_equals_vllms() -> None:
         reasoning, content, calls = parser.parse("", request, True, out)
         results.append((reasoning, content, [(c.name, json.loads(c.arguments)) for c in calls or ()]))
     assert results[0] == results[1] == (THOUGHT[2] + "\nMore.", "Checking.", [("get_weather", ARGS)])
+
+
+# --- the XML reader against the parse, any chunking ------------------------------------------
+
+_KEY = st.text(alphabet="abcxyz_", min_size=1, max_size=5)
+_CHARS = st.sampled_from(list('ab 東🫨"\\\n\t<>/={}[]') + ["<b>", "</p", "</parameter", "<parameter", "</arg_value"])
+_VALUE = st.lists(_CHARS, max_size=12).map("".join) | st.sampled_from(["3", "-2", "2.5", "true", '{"a": [1]}', "null", "\n7\n"])
+_TYPE = st.sampled_from(["string", "integer", "number", "boolean", "object", None])
+
+
+@st.composite
+def _xml_bodies(draw: Any) -> tuple[str, str, list[dict[str, Any]], list[int]]:
+    """A body of one (GLM) or several (Qwen3-Coder) calls with unique keys, a schema for
+    some keys, and cut points for the chunks it arrives in."""
+    fmt = draw(st.sampled_from(["qwen3_xml", "glm45"]))
+    calls = draw(st.lists(st.tuples(_KEY, st.dictionaries(_KEY, _VALUE, max_size=4)), min_size=1, max_size=1 if fmt == "glm45" else 3))
+    props = {k: {"type": t} for _, args in calls for k in args if (t := draw(_TYPE))}
+    tools = [{"type": "function", "function": {"name": n, "parameters": {"properties": props}}} for n, _ in calls]
+    if fmt == "glm45":
+        [(name, args)] = calls
+        body = name + "\n" + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n" for k, v in args.items())
+    else:
+        body = "\n" + "".join(_qwen3_call(n, a) for n, a in calls)
+    cuts = sorted(draw(st.lists(st.integers(0, len(body)), max_size=12)))
+    return fmt, body, tools, cuts
+
+
+@given(_xml_bodies())
+def test_the_xml_reader_streams_a_prefix_of_the_parse_at_any_chunking(case: tuple[str, str, list[dict[str, Any]], list[int]]) -> None:
+    """Whatever the chunks, each call's streamed name is the parse's and its streamed
+    arguments are a prefix of the parse's (all of them, for a call closed in the body)."""
+    from detok_plugin.integrations._xml_stream import XmlBodyReader
+
+    from detok_plugin import parse_tool_body
+
+    fmt, body, tools, cuts = case
+    try:
+        want = parse_tool_body(body.strip(), fmt, tools=tools)  # type: ignore[arg-type]
+    except ValueError:
+        return  # a value that reads as a tag can break the layout: the parse reports it
+    reader = XmlBodyReader(fmt, tools)  # type: ignore[arg-type]
+    names: dict[int, str] = {}
+    for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True):
+        for k, name, _ in reader.feed(body[a:b]):
+            if name is not None:
+                names[k] = name
+    assert names == {k: n for k, (n, _) in enumerate(want) if k < reader.calls}
+    for k in range(reader.calls):
+        assert want[k][1].startswith(reader.args[k])
+        if reader.done[k]:
+            assert reader.args[k] == want[k][1]
