@@ -11,6 +11,9 @@ goes to that mode's channel:
   close tag (or the end of the stream, for families without one) one
   ``ToolCall(complete=True)`` with the parsed name and arguments, or ``error``: a malformed
   body is reported, never dropped.
+  With ``tools="inline"``, the tool tags and bodies go to ``Delta.text`` instead and no
+  ``ToolCall`` is built: stops still skip the bodies (for a stream whose text a tool
+  parser downstream reads, as vLLM's detokenizer's is).
 
 Every piece also goes to the lossless log (``DetokenizerState.log()``). A tag switches the
 mode; each mode has its own automaton (``StreamConfig.matchers``), so a stop does not apply
@@ -62,6 +65,8 @@ class Router:
         if mode == REASONING:
             reasoning = self._cfg.reasoning
             return REASONING if reasoning == "separate" else CONTENT if reasoning == "inline" else DROPPED
+        if mode == TOOL and self._cfg.tools == "inline":
+            return CONTENT
         return mode
 
     def _emit(self, text: str, out: Out) -> None:
@@ -110,7 +115,11 @@ class Router:
 
     def _tag_text(self, pattern: Pattern, out: Out) -> None:
         self._log(TAG, pattern.text)
-        if self._cfg.reasoning == "inline" and pattern.text and pattern.kind in ("r_open", "r_close"):
+        cfg = self._cfg
+        if pattern.text and (
+            (cfg.reasoning == "inline" and pattern.kind in ("r_open", "r_close"))
+            or (cfg.tools == "inline" and pattern.kind in ("t_open", "t_close"))
+        ):
             out.text.append(pattern.text)
 
     def _set_mode(self, mode: int) -> None:
@@ -124,6 +133,8 @@ class Router:
         assert tags is not None
         body = "".join(self._tool_body)
         self._tool_body = []
+        if self._cfg.tools == "inline":  # the body went out as text: nothing to parse
+            return
         first = self._tool_index
         if unterminated and tags.tool_close is not None:
             out.tools.append(ToolCall(first, complete=True, error=f"stream ended before {tags.tool_close}"))

@@ -11,10 +11,11 @@ from typing import Literal, NamedTuple
 
 from ._tags import ToolCall
 
-__all__ = ["Channel", "Delta", "FinishReason", "Reasoning", "Segment"]
+__all__ = ["Channel", "Delta", "FinishReason", "Reasoning", "Segment", "Tools"]
 
 FinishReason = Literal["stop", "length"]
 Reasoning = Literal["separate", "strip", "inline"]
+Tools = Literal["separate", "inline"]
 Channel = Literal["content", "reasoning", "tool", "tag", "stop"]
 
 # Channel numbers, as the stream and its log store them (index into CHANNEL_NAMES).

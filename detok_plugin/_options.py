@@ -17,7 +17,7 @@ import functools
 from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
-from ._delta import CONTENT, REASONING, TOOL, Reasoning
+from ._delta import CONTENT, REASONING, TOOL, Reasoning, Tools
 from ._matcher import Matcher
 from ._tables import TokenTable
 from ._tags import TagSet
@@ -47,6 +47,7 @@ class StreamConfig(NamedTuple):
     include_stop: bool
     tags: TagSet | None
     reasoning: Reasoning
+    tools: Tools
     #: Per channel (content, reasoning, tool): the patterns live in it, in list order.
     patterns: tuple[tuple[Pattern, ...], ...]
     #: Per channel: the automaton over its patterns, or None when it has none.
@@ -67,6 +68,7 @@ def stream_config(
     tags: TagSet | None,
     reasoning: Reasoning,
     stop_in_reasoning: bool,
+    tools: Tools = "separate",
 ) -> StreamConfig:
     """The shared :class:`StreamConfig` for these options (``stop_ids`` includes EOS)."""
     patterns = _channel_patterns(stops, tags, stop_in_reasoning)
@@ -83,6 +85,7 @@ def stream_config(
         include_stop=include_stop,
         tags=tags,
         reasoning=reasoning,
+        tools=tools,
         patterns=patterns,
         matchers=matchers,
         # Stops come first in every channel's patterns (_channel_patterns).

@@ -53,6 +53,7 @@ from ._delta import (
     Out,
     Reasoning,
     Segment,
+    Tools,
     reasoning_delta,
     text_delta,
 )
@@ -136,6 +137,7 @@ class DetokenizerState(Router, Boundary):
         tags: TagSet | str | None = None,
         reasoning: Reasoning = "separate",
         stop_in_reasoning: bool = False,
+        tools: Tools = "separate",
         request_id: str | None = None,
         keep_log: bool = True,
     ) -> DetokenizerState:
@@ -147,9 +149,14 @@ class DetokenizerState(Router, Boundary):
         takes it (slow SentencePiece tokenizers); tokenizers-backed decodes ignore it.
         ``keep_log=False`` keeps no lossless log (``log()`` then refuses): for callers that
         keep the text themselves and want neither the memory nor the per-token append.
+        ``tools="inline"`` leaves tool-call tags and bodies in ``Delta.text`` (no
+        ``ToolCall`` is built) while stops still skip the bodies: for a stream whose text a
+        tool parser downstream reads.
         """
         if reasoning not in ("separate", "strip", "inline"):
             raise ValueError(f"reasoning must be 'separate', 'strip' or 'inline', not {reasoning!r}")
+        if tools not in ("separate", "inline"):
+            raise ValueError(f"tools must be 'separate' or 'inline', not {tools!r}")
         if isinstance(tags, str):
             tags = TagSet.preset(tags)
         opened = open_decoder(tokenizer, prompt_ids, skip_special_tokens, spaces_between_special_tokens, request_id)
@@ -162,6 +169,7 @@ class DetokenizerState(Router, Boundary):
             tags,
             reasoning,
             stop_in_reasoning,
+            tools,
         )
         self = cls.__new__(cls)
         self._start(opened, cfg, request_id, keep_log, skip_special_tokens, (min_tokens, max_tokens))

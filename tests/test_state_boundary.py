@@ -283,6 +283,29 @@ def test_reasoning_modes(mode):
     assert (joined(ds), joined(ds, "reasoning")) == want[mode]
 
 
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_tools_inline_keeps_tags_and_bodies_in_the_text_and_skips_stops_there(qwen3, chunk):
+    """tools="inline": the joined text is the full decode up to the first stop outside the
+    tool body (and, with reasoning inline and stop_in_reasoning off, outside reasoning);
+    no ToolCall is built; "separate" on the same ids parses the call."""
+    body = '{"name": "f", "arguments": {"q": "a STOP quoted 東京"}}'
+    text = f"<think>plan STOP</think>Sure. <tool_call>\n{body}\n</tool_call> then STOP tail"
+    ids = qwen3.encode(text, add_special_tokens=False)
+    full = qwen3.decode(ids)
+    chunks = [ids[k : k + chunk] for k in range(0, len(ids), chunk)]
+    _, ds = run(qwen3, ids, chunks, tags="qwen3", reasoning="inline", tools="inline", stop=["STOP"])
+    assert joined(ds) == full[: full.index("STOP tail")]
+    assert not [c for d in ds for c in d.tool_calls] and ds[-1].stop_reason == "STOP"
+    _, ds = run(qwen3, ids, chunks, tags="qwen3", reasoning="inline", stop=["STOP"])
+    assert [json.loads(c.arguments) for d in ds for c in d.tool_calls if c.complete] == [{"q": "a STOP quoted 東京"}]
+    assert joined(ds) == full[: full.index("<tool_call>")] + full[full.index("</tool_call>") + 12 : full.index("STOP tail")]
+
+
+def test_tools_must_be_separate_or_inline(qwen3):
+    with pytest.raises(ValueError, match="tools must be"):
+        DetokenizerState.from_tokenizer(qwen3, tags="qwen3", tools="strip")
+
+
 # --- properties -----------------------------------------------------------------------
 
 
