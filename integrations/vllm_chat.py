@@ -158,6 +158,13 @@ class DetokHarmonyParser(DetokChatParser):
     tags = TagSet("gpt_oss")
 
     def adjust_request(self, request: Any) -> Any:
+        """vLLM's own harmony adjustment first: a structured-output constraint (a JSON
+        schema, a regex) applies to the ``final`` message only, not to the analysis
+        before it (``vllm.parser.harmony._adjust_output_format``, as ``HarmonyParser``
+        calls it); then each half's own."""
+        from vllm.parser.harmony import _adjust_output_format
+
+        request = _adjust_output_format(request)
         if self._reasoning_parser is not None:
             request = self._reasoning_parser.adjust_request(request)
         if self._tool_parser is not None:

@@ -635,3 +635,28 @@ def test_the_xml_reader_streams_a_prefix_of_the_parse_at_any_chunking(case: tupl
         assert want[k][1].startswith(reader.args[k])
         if reader.done[k]:
             assert reader.args[k] == want[k][1]
+
+
+def test_harmony_structured_output_applies_to_the_final_message_as_vllms_does() -> None:
+    """A JSON schema response format becomes the same harmony structural tag (analysis free,
+    the schema in ``final`` only) with detok's parser as with vLLM's."""
+    from detok_plugin.integrations import vllm_chat
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.parser import ParserManager
+
+    vllm_chat.register_chat_parsers()
+    tok = tokenizer("gpt_oss")
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    tags = []
+    for names in (HARMONY.names, HARMONY.stock):
+        cls = ParserManager.get_parser(
+            reasoning_parser_name=names[0], tool_parser_name=names[1], enable_auto_tools=True, is_harmony=True, tokenizer=tok
+        )
+        request = ChatCompletionRequest(
+            model="m", messages=[{"role": "user", "content": "hi"}],
+            response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": schema}},
+        )  # fmt: skip
+        request = cls(tok, None).adjust_request(request)
+        assert request.response_format is None
+        tags.append(request.structured_outputs.structural_tag)
+    assert tags[0] == tags[1] and "<|channel|>final" in tags[0] and "<|channel|>analysis<|message|>" in tags[0]
