@@ -24,7 +24,7 @@ from vllm.renderers.chat_utils import make_tool_call_id
 
 from detok_plugin import DetokenizerState, TagSet, TokenIdError, parse_tool_body
 
-__all__ = ["Channels", "Parts"]
+__all__ = ["Channels", "Parts", "live_tags"]
 
 logger = logging.getLogger("vllm.detok_plugin")
 
@@ -63,7 +63,7 @@ class Channels:
     """The core's stream for one request, and the tool calls read from its tool channel."""
 
     def __init__(self, parser: Any, request: Any, prompt: Sequence[int], *, streaming: bool = True) -> None:
-        tags = _live_tags(parser, request)
+        tags = live_tags(parser, request)
         self.tags: TagSet = tags if tags is not None else TagSet()  # no tags: no tool calls come
         self.parser = parser
         self.streaming = streaming
@@ -236,7 +236,7 @@ class _Merged:
         self.text, self.reasoning, self.tool_calls = text, reasoning, tool_calls
 
 
-def _live_tags(parser: Any, request: Any) -> TagSet | None:
+def live_tags(parser: Any, request: Any) -> TagSet | None:
     """The tags live in this request: reasoning tags with a reasoning parser, tool tags
     with a tool parser and a request whose tools are not switched off."""
     tags = parser.tags

@@ -1,4 +1,5 @@
-"""The vLLM detokenizer's stream when the server splits reasoning: stops apply to content only.
+"""The vLLM detokenizer's stream when the server splits reasoning or tool calls: stops apply
+to content only.
 
 vLLM matches stop strings in the detokenizer, before its chat layer splits reasoning from
 the answer, so a stop string inside ``<think>`` ends the request with ``content: null``
@@ -16,6 +17,12 @@ Why a request field and not a server setting: the detokenizer is built per reque
 while ``vllm_xargs`` travels with each request; the parser that needs the rule is the one
 that asks for it, so the two cannot disagree.
 
+Tool calls likewise: with a detok tool parser and a request whose tools are live, the
+parser writes the tool tags (``detok_tool_tags``), and the stream runs them with
+``tools="inline"``: the tags and bodies stay in the text, and a stop string inside a tool
+call's body is part of the call, not a stop (the parser's own core applies none there, so
+the two agree on where the reply ends).
+
 This module imports no vLLM.
 """
 
@@ -26,25 +33,34 @@ from typing import Any, NamedTuple
 
 from detok_plugin import DetokenizerState, TagSet, TokenIdError
 
-__all__ = ["REASONING_TAGS_KEY", "ReasoningAwareStream", "reasoning_tags"]
+__all__ = ["REASONING_TAGS_KEY", "TOOL_TAGS_KEY", "ReasoningAwareStream", "stream_tags"]
 
-#: The ``vllm_xargs`` / ``SamplingParams.extra_args`` key: ``[open_tag, close_tag]``.
+#: The ``vllm_xargs`` / ``SamplingParams.extra_args`` keys: ``[open_tag, close_tag]``
+#: (a tool close tag of ``""``: the body runs to the end, as ``[TOOL_CALLS]``'s).
 REASONING_TAGS_KEY = "detok_reasoning_tags"
+TOOL_TAGS_KEY = "detok_tool_tags"
 
 
-def reasoning_tags(sampling_params: Any) -> TagSet | None:
-    """The reasoning tags a detok chat parser asked for on this request, or None."""
+def stream_tags(sampling_params: Any) -> TagSet | None:
+    """The reasoning and tool tags a detok chat parser asked for on this request, or None."""
     extra = getattr(sampling_params, "extra_args", None)
     if not isinstance(extra, dict):
         return None
-    value = extra.get(REASONING_TAGS_KEY)
-    if (
-        isinstance(value, (list, tuple))
-        and len(value) == 2
-        and all(isinstance(v, str) and v for v in value)
-    ):
-        return TagSet("detok_reasoning", value[0], value[1])
-    return None
+    reasoning = _pair(extra.get(REASONING_TAGS_KEY), close_may_be_empty=False)
+    tool = _pair(extra.get(TOOL_TAGS_KEY), close_may_be_empty=True)
+    if reasoning is None and tool is None:
+        return None
+    r_open, r_close = reasoning or (None, None)
+    t_open, t_close = tool or (None, None)
+    return TagSet("detok_chat", r_open, r_close, t_open, t_close or None)
+
+
+def _pair(value: Any, *, close_may_be_empty: bool) -> tuple[str, str] | None:
+    if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, str) for v in value)):
+        return None
+    if not value[0] or not (value[1] or close_may_be_empty):
+        return None
+    return value[0], value[1]
 
 
 class Step(NamedTuple):
@@ -58,10 +74,10 @@ class Step(NamedTuple):
 class ReasoningAwareStream:
     """``ServingStream``'s verbs (``push_text``, ``push``, ``finish``, ``finish_reason``,
     ``stop_reason``, ``token_ids``, ``finished``, ``path``) over a ``DetokenizerState``
-    with reasoning tags inline and stops that skip the reasoning block.
+    with reasoning and tool tags inline and stops that skip reasoning and tool bodies.
 
     The joined text is ``decode(prompt + out)[len(decode(prompt)):]``, cut at the first
-    stop string that completes *outside* reasoning. ``token_ids`` is this stream's own list
+    stop string that completes *outside* reasoning and tool-call bodies. ``token_ids`` is this stream's own list
     of the ids taken (up to the one that completed a stop).
     """
 
@@ -81,7 +97,7 @@ class ReasoningAwareStream:
         """Start a stream; ``options`` are ``DetokenizerState.from_tokenizer``'s (prompt,
         skip flags, stops, ...), as the vLLM adapter passes them to ``ServingStream``."""
         state = DetokenizerState.from_tokenizer(
-            tokenizer, tags=tags, reasoning="inline", stop_in_reasoning=False, keep_log=False, **options
+            tokenizer, tags=tags, reasoning="inline", tools="inline", stop_in_reasoning=False, keep_log=False, **options
         )
         return cls(state, on_unknown_id)
 

@@ -54,7 +54,7 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from detok_plugin.integrations._reasoning_stream import ReasoningAwareStream, reasoning_tags
+from detok_plugin.integrations._reasoning_stream import ReasoningAwareStream, stream_tags
 
 from detok_plugin import ServingStream, TokenIdError
 
@@ -162,9 +162,10 @@ class VllmDetokenizer:
             delta = getattr(params.output_kind, "name", None) == "DELTA"
         # The verified table is cached per tokenizer object and the stop automaton per stop
         # tuple, so setup per request is the prompt's decoder state.
-        # A detok chat parser asked for its reasoning tags (docs/vllm.md, "Chat API"):
-        # then stop strings are cut outside reasoning only (vllm-project/vllm#53066).
-        tags = reasoning_tags(params)
+        # A detok chat parser asked for its reasoning or tool tags (docs/vllm.md, "Chat
+        # API"): then stop strings are cut outside reasoning (vllm-project/vllm#53066) and
+        # tool-call bodies only.
+        tags = stream_tags(params)
         self._stream = (
             functools.partial(ReasoningAwareStream.from_tokenizer, tags=tags)
             if tags is not None

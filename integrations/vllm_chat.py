@@ -34,7 +34,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from detok_plugin.integrations._reasoning_stream import REASONING_TAGS_KEY
+from detok_plugin.integrations._reasoning_stream import REASONING_TAGS_KEY, TOOL_TAGS_KEY
 
 from detok_plugin import TagSet
 
@@ -49,7 +49,7 @@ try:
 except ImportError as exc:  # pragma: no cover - the message is the point
     raise ImportError(f"detok_plugin.integrations.vllm_chat needs vLLM 0.32 or 0.33: pip install detok-plugin[vllm] ({exc})") from exc
 
-from detok_plugin.integrations._chat_channels import Channels
+from detok_plugin.integrations._chat_channels import Channels, live_tags
 from detok_plugin.integrations._harmony import HarmonyChannels
 
 __all__ = ["HARMONY", "PREFIX", "DetokChatParser", "DetokHarmonyParser", "chat_problems", "parser_class", "register_chat_parsers"]
@@ -100,8 +100,9 @@ class DetokChatParser(Parser):
         self._prompt = list(prompt_token_ids)
 
     def adjust_request(self, request: Any) -> Any:
-        """vLLM's own adjustments, then the reasoning tags for the detokenizer: with them
-        it cuts stop strings outside reasoning only (``_reasoning_stream``)."""
+        """vLLM's own adjustments, then the tags live in this request for the detokenizer:
+        with them it cuts stop strings outside reasoning and tool bodies only, as this
+        parser's own stream does (``_reasoning_stream``)."""
         if self._reasoning_parser is not None:
             request = self._reasoning_parser.adjust_request(request)
         tags = self.tags
@@ -109,8 +110,14 @@ class DetokChatParser(Parser):
             request = self._tool_parser.adjust_request(request)
             if tags.tool_format in KEEP_SPECIAL_TOKENS and request.tools and request.tool_choice != "none":
                 request.skip_special_tokens = False
-        if self._reasoning_parser is not None and tags.reasoning_open and tags.reasoning_close:
-            request.vllm_xargs = {**(request.vllm_xargs or {}), REASONING_TAGS_KEY: [tags.reasoning_open, tags.reasoning_close]}
+        live = live_tags(self, request)
+        xargs: dict[str, list[str]] = {}
+        if live is not None and live.reasoning_open and live.reasoning_close:
+            xargs[REASONING_TAGS_KEY] = [live.reasoning_open, live.reasoning_close]
+        if live is not None and live.tool_open:
+            xargs[TOOL_TAGS_KEY] = [live.tool_open, live.tool_close or ""]
+        if xargs:
+            request.vllm_xargs = {**(request.vllm_xargs or {}), **xargs}
         return request
 
     def parse_delta(
