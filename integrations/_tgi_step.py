@@ -138,31 +138,37 @@ def prompt_of(batch: Any, i: int) -> list[int]:
 
 
 def prepare(batch: Any, cls: Any) -> dict[Any, Any]:
-    """Step 1: build new requests' streams; ``{request id: criteria}`` for ours."""
-    ours: dict[Any, Any] = {}
+    """Step 1: build new requests' streams; ``{request id: criteria}`` for ours.
+
+    The common step (every request ours and built) is one comprehension; a request seen
+    for the first time, or one that is stock, sends the step through the loop."""
+    criterias = batch.stopping_criterias
+    ours = {c.detok_id: c for c in criterias if c.__class__ is cls and c.stream is not None}
+    if len(ours) == len(criterias):
+        return ours
     criteria: Any
-    for i, criteria in enumerate(batch.stopping_criterias):
-        if criteria.__class__ is not cls:
+    for i, criteria in enumerate(criterias):
+        if criteria.__class__ is not cls or not criteria.detok_pending:
             continue
-        if criteria.detok_pending:  # a request's first step
-            request_id = batch.requests[i].id
-            try:
-                prompt = prompt_of(batch, i)
-            except Exception as exc:
-                criteria.detok_pending = False
-                log("WARNING", f"detok-plugin: request {request_id} stays stock: no prompt ids ({exc!r})")
-                continue
-            criteria.detok_build(prompt, request_id)
+        request_id = batch.requests[i].id  # a request's first step
+        try:
+            prompt = prompt_of(batch, i)
+        except Exception as exc:
+            criteria.detok_pending = False
+            log("WARNING", f"detok-plugin: request {request_id} stays stock: no prompt ids ({exc!r})")
+            continue
+        criteria.detok_build(prompt, request_id)
         if criteria.stream is not None:
-            ours[criteria.detok_id] = criteria
+            ours[request_id] = criteria
     return ours
 
 
 def rewrite(generations: list[Any], ours: dict[Any, Any]) -> None:
     """Step 3: the core's texts into each of our requests' ``Generation``.
 
-    ``is_special`` is rebuilt only when it holds a special id (most steps keep TGI's
-    list, all false, as it is)."""
+    ``is_special`` is rebuilt only where a special id carries text (rare: a special id's
+    own text is ``""``; it carries text only when releasing what was held), so most steps
+    keep TGI's list as it is."""
     get = ours.get
     for generation in generations:
         criteria = get(generation.request_id)
@@ -175,7 +181,7 @@ def rewrite(generations: list[Any], ours: dict[Any, Any]) -> None:
                 f"{len(tokens.token_ids)} ids; the step keeps TGI's texts")
             continue
         tokens.texts = texts
-        if any(tokens.is_special):
+        if True in tokens.is_special and any(texts):
             tokens.is_special = [special and not text for special, text in zip(tokens.is_special, texts)]
         if generation.generated_text is not None:
             generation.generated_text.text = criteria.text
