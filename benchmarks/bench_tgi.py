@@ -14,9 +14,10 @@ tokenizer (tests/tgi_harness.py), on the CPU.
    ``generated_text``; shim = the patched ``from_pb`` and the first step's ``prepare``
    (setup: the request's stream from the prompt ids of a real ``CausalLMBatch``), then per
    step ``prepare``, the criteria per id and ``rewrite`` into TGI's own ``Generation``
-   records (built beforehand: stock builds them too). Stock and shim alternate which goes
-   first in each repeat; printed: medians per id, and the median and interquartile range
-   of the per-repeat ratios, without and with the setup. Target: shim/stock <= 0.2.
+   records (built beforehand: stock builds them too); and, to show where the shim's time
+   goes, the core alone (each request's ``ServingStream`` on the same ids). The runners
+   take turns going first; printed: medians per id, and the median and interquartile
+   range of the per-repeat ratios, without and with the setup. Target: shim/stock <= 0.2.
 2. ``generate_token`` per decode step, stock against wrapped, at batch 1, 16 and 64, on
    one prefilled batch per size (no stops, EOS ignored, one torch thread): each pair of
    steps runs one stock step (TGI's ``generate_token`` and criteria) and one wrapped step
@@ -170,14 +171,26 @@ def text_path(model, requests, recorded, repeats: int) -> None:
                 criteria(ids[k][t], "")
             rewrite(gens[t], ours)
 
-    times: dict[str, list[float]] = {"stock_setup": [], "stock": [], "shim_setup": [], "shim": []}
-    for k in range(repeats + 2):  # two warm-up repeats
+    def core(step_criterias: list) -> None:
+        # The core alone under the shim: each request's ServingStream, the same ids.
+        for t, live in enumerate(steps):
+            for k, criteria in zip(live, step_criterias[t]):
+                stream = criteria.stream
+                stream.push_text(ids[k][t])
+                if t == len(ids[k]) - 1:
+                    stream.finish()
+
+    runners = {"stock": (stock_setup, stock), "shim": (shim_setup, shim), "core": (shim_setup, core)}
+    names = list(runners)
+    times: dict[str, list[float]] = {name + part: [] for name in names for part in ("_setup", "")}
+    for k in range(repeats + 2):  # two warm-up repeats; each runner first in turn
         gc.collect()
-        for name in (("stock", "shim") if k % 2 == 0 else ("shim", "stock")):
+        for name in names[k % 3:] + names[:k % 3]:
+            setup, run = runners[name]
             t0 = time.perf_counter_ns()
-            state = (stock_setup if name == "stock" else shim_setup)()
+            state = setup()
             t1 = time.perf_counter_ns()
-            (stock if name == "stock" else shim)(state)
+            run(state)
             t2 = time.perf_counter_ns()
             if k >= 2:
                 times[name + "_setup"].append((t1 - t0) / 1e3)
@@ -190,6 +203,7 @@ def text_path(model, requests, recorded, repeats: int) -> None:
           f"(+ from_pb {med['stock_setup'] / len(requests):.1f} us/request)")
     print(f"  shim criteria + prepare + rewrite:     {med['shim'] / n_ids:.2f} us/id  "
           f"(+ setup {med['shim_setup'] / len(requests):.1f} us/request: from_pb, stream from the prompt)")
+    print(f"  of which the core (ServingStream.push_text, finish): {med['core'] / n_ids:.2f} us/id")
     print(f"  shim/stock per id, setup apart:  {spread(per_id)}  (target <= 0.2)")
     print(f"  shim/stock with each side's setup: {spread(whole)}")
 
@@ -207,7 +221,7 @@ def step_times(model, pairs: int) -> None:
         rng = random.Random(0)
         boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
         lo, hi = boot[49], boot[1949]
-        verdict = "slower" if lo > 1 else ("faster" if hi < 1 else "no difference resolved")
+        verdict = "slower by > 1%" if lo > 1.01 else ("faster by > 1%" if hi < 0.99 else "within 1%")
         rows.append((size, f"{statistics.median(ms[False]):.2f}", f"{statistics.median(ms[True]):.2f}",
                      spread(ratios), f"[{lo:.3f}, {hi:.3f}]", verdict))
     print(f"\ngenerate_token per decode step (CPU, OPT over Qwen3, one torch thread), {pairs} interleaved pairs:")
@@ -217,6 +231,7 @@ def step_times(model, pairs: int) -> None:
 def step_pairs(model, size: int, pairs: int) -> dict[bool, list[float]]:
     """Milliseconds of each stock (False) and wrapped (True) step, ``pairs`` of each, on
     one running batch of ``size`` requests; the k-th of each side form pair k."""
+    import gc
     import time
 
     import tgi_harness
@@ -244,6 +259,7 @@ def step_pairs(model, size: int, pairs: int) -> dict[bool, list[float]]:
     for n, on in enumerate(order):  # a prefill (builds the shim's streams), a warm-up pair, the pairs
         fn, criterias = sides[on]
         batch.stopping_criterias = criterias
+        gc.collect()  # every step starts from the same collector state (the other side's sync left garbage)
         t0 = time.perf_counter_ns()
         gens, batch, _ = fn(model, batch)
         if n >= 3:
