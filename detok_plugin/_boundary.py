@@ -90,7 +90,15 @@ class Boundary:
     def _text_boundary(self, text: str) -> str:
         """The boundary for ``push_text`` when stops are live (content is the only channel)."""
         dec = self._dec
-        held = self._held_may_stop and not dec.idle and dec.holds()
+        # Held text can complete a stop only if, rendered as final, it holds a stop's
+        # character: not while it is all U+FFFD (a byte run ending inside a character) and
+        # no stop has one (as in _held_hit, but before any call: most byte pieces).
+        held = (
+            self._held_may_stop
+            and not dec.idle
+            and dec.holds()
+            and (self._cfg.fffd_stops or not dec.renders_replacement())
+        )
         if held or self._ac_state or (text and self._first(text) is not None):  # type: ignore[misc]
             # A stop is partly matched, may start in this text, or may complete in what
             # the decoder holds.
