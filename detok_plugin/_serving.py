@@ -11,10 +11,19 @@ takes the common token itself:
     ``max_tokens``: then the reference would append the id, release that text and change
     nothing else, so this class does exactly that, without the call.
 
+While only the *boundary* is at rest (the decoder may hold the bytes of an unfinished
+character, which cannot complete a stop), an id in the vocabulary that is no stop id and does
+not reach ``max_tokens`` is fed to the reference's own decoder here; when the text it settles
+holds no first character of a stop, that text leaves and nothing else changes, as in the
+reference's ``push_text``; otherwise the reference's boundary takes that text. This is every
+split character's path (an emoji is three or four byte-level tokens).
+
 Every other id goes to the reference, after which the stream reads whether it is at rest
-again. Nothing is learnt: a request with a stop set never seen before costs what one
-seen a thousand times costs. There is no protocol to follow: the verbs are
-``push_text``, ``push`` and ``finish``, as on the reference.
+again. The reference's decoder and boundary are the only state: this class keeps none of
+its own beyond the shared tables, so it never has to be brought back in step. Nothing is
+learnt: a request with a stop set never seen before costs what one seen a thousand times
+costs. There is no protocol to follow: the verbs are ``push_text``, ``push`` and
+``finish``, as on the reference.
 
 >>> from detok_plugin import ServingStream, TokenTable
 >>> table = TokenTable("byte_level", (b"\\xf0\\x9f", b"\\xab", b"\\xa8", b"Hi", b" ###"), frozenset())
@@ -29,6 +38,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from ._decoders import StreamDecoder
 from ._delta import Delta, FinishReason
 from ._errors import TokenIdError
 from ._state import DetokenizerState
@@ -61,6 +71,10 @@ class ServingStream:
         "_stop_ids",
         "finish_reason",
         "stop_reason",
+        "_feeds",
+        "_dec",
+        "_vocab",
+        "_size",
         "_state",
         "_known",
         "_quick",
@@ -72,6 +86,10 @@ class ServingStream:
     finish_reason: FinishReason | None
     stop_reason: str | int | None
     _rest: dict[int, str] | None  # _known while the reference is at rest, else None
+    _feeds: bool  # the reference's boundary is at rest (the decoder may hold bytes)
+    _dec: StreamDecoder  # the reference's decoder
+    _vocab: tuple[str | None, ...] | None  # the reference's vocabulary (None: a hole)
+    _size: int  # ids the reference takes: 0 <= id < _size
     _known: dict[int, str] | None  # the shared rest texts (TokenTable.rest_texts)
     _quick: tuple[str | None, ...] | None
     _first: Callable[[str], object] | None
@@ -131,7 +149,10 @@ class ServingStream:
         if table is not None:
             pattern = first.__self__.pattern if first is not None else None  # type: ignore[attr-defined]
             self._known = table.rest_texts(skip_special_tokens, pattern)
-        self._rest = self._known if state._at_rest() else None  # noqa: SLF001
+        self._dec = state._dec  # noqa: SLF001
+        self._vocab = state._vocab  # noqa: SLF001
+        self._size = state._size  # noqa: SLF001
+        self._caught_up()
         return self
 
     def push_text(self, token_id: int) -> str:
@@ -149,6 +170,10 @@ class ServingStream:
             ):
                 self.token_ids.append(token_id)
                 return text
+        if self._feeds and token_id.__class__ is int:
+            fed = self._feed(token_id)
+            if fed is not None:
+                return fed
         state = self._state
         try:
             text = state.push_text(token_id)
@@ -159,6 +184,29 @@ class ServingStream:
             self.token_ids.append(token_id)  # counted, rendered as the decode renders it
             return ""
         self._caught_up()
+        return text
+
+    def _feed(self, token_id: int) -> str | None:
+        """The boundary at rest (see the module docstring): the id's settled text, from the
+        reference's decoder; None (nothing done) for an id the reference must check."""
+        vocab = self._vocab
+        if (
+            vocab is None
+            or not 0 <= token_id < self._size
+            or vocab[token_id] is None
+            or token_id in self._stop_ids
+            or len(self.token_ids) >= self._limit
+        ):
+            return None
+        dec = self._dec
+        text = dec.feed_one(token_id)
+        self.token_ids.append(token_id)
+        if text and self._first is not None and self._first(text) is not None:
+            # A stop may start in it: the reference's boundary decides, as its push_text would.
+            text = self._state._text_boundary(text)  # noqa: SLF001
+            self._caught_up()
+        else:
+            self._rest = self._known if dec.idle else None
         return text
 
     def _learn(self, token_id: int) -> str | None:
@@ -227,7 +275,9 @@ class ServingStream:
         state = self._state
         self.finish_reason = state.finish_reason
         self.stop_reason = state.stop_reason
-        self._rest = self._known if state._at_rest() else None  # noqa: SLF001
+        calm = state._boundary_at_rest()  # noqa: SLF001
+        self._rest = self._known if calm and self._dec.idle else None
+        self._feeds = calm and not state._held_may_stop  # noqa: SLF001
 
 
 def _one(stream: ServingStream, token_id: int) -> Delta:

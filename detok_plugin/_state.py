@@ -413,16 +413,16 @@ class DetokenizerState(Router, Boundary):
             return text[cut:]
         return text
 
-    def _at_rest(self) -> bool:
-        """For the serving layer (``ServingStream``): live, in content, no log or tags, on a
-        table, the decoder holding nothing, no stop partly matched, nothing of the prompt
-        left to skip. At rest, an id whose quick text holds no first character of a stop,
-        that is no stop id and does not reach ``max_tokens``, is appended and its text
-        released, and nothing else changes: what ``push_text`` would do."""
+    def _boundary_at_rest(self) -> bool:
+        """For ``ServingStream``: live, in content, no log or tags, on a table, no stop partly
+        matched, nothing of the prompt to skip. Then, while what the decoder holds cannot
+        complete a stop (``_held_may_stop``), ``push_text`` of an id in the vocabulary, no stop
+        id, short of ``max_tokens``, whose settled text holds no first character of a stop,
+        appends it, feeds the decoder, releases that text and changes nothing else."""
         return (
             not (self._done or self._skip_chars or self._ac_state or self._keep_log or self._cfg.tags is not None)
             and self._vocab is not None
-            and self._dec.idle
+            and not self._early
         )
 
     def _close(self, out: Out) -> None:
