@@ -2,7 +2,8 @@
 # Create .venv and install what a stage needs:
 #   setup.sh run    the main job (scripts/chat.sh): torch (CPU), transformers, gguf, accelerate
 #   setup.sh        everything the tests and benchmarks need too (the README's test command)
-# Idempotent: a stamp file per stage, keyed by this script's content, skips a finished install.
+# Idempotent: a stamp file per stage, keyed by this script's and the package metadata's
+# content, skips a finished install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STAGE="${1:-test}"
@@ -10,11 +11,16 @@ case "$STAGE" in run|test) ;; *) echo "usage: setup.sh [run|test]" >&2; exit 2 ;
 VENV="${DETOK_VENV:-.venv}"
 PY="${PYTHON:-python3}"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-KEY="$(sha1sum scripts/setup.sh | cut -c1-12)"
+KEY="$(cat scripts/setup.sh pyproject.toml setup.py | sha1sum | cut -c1-12)"
 stamp() { echo "$VENV/.detok-setup-$1-$KEY"; }
 if [ -f "$(stamp "$STAGE")" ]; then
-    # (PYTHONWARNINGS: setuptools warns about editable installs on every run otherwise)
-    PYTHONWARNINGS=ignore "${PIP[@]}" install -q --no-deps -e . >/dev/null
+    # Reinstall (about 10 s) only if the venv's detok_plugin is not this checkout's (a venv
+    # another checkout installed itself into).
+    if ! "$VENV/bin/python" -c 'import pathlib, sys, detok_plugin
+sys.exit(pathlib.Path(detok_plugin.__file__).resolve().parents[1] != pathlib.Path.cwd().resolve())' 2>/dev/null; then
+        # (PYTHONWARNINGS: setuptools warns about editable installs otherwise)
+        PYTHONWARNINGS=ignore "${PIP[@]}" install -q --no-deps -e . >/dev/null
+    fi
     exit 0
 fi
 # pip's own noise, not ours: find-links locations this machine kind lacks, the resolver's
