@@ -30,6 +30,7 @@ from ._delta import CONTENT, REASONING, TAG, TOOL, Out
 from ._tags import ToolCall, parse_tool_body
 
 if TYPE_CHECKING:
+    from ._decoders import StreamDecoder
     from ._matcher import Matcher
     from ._options import Pattern, StreamConfig
 
@@ -52,6 +53,12 @@ class Router:
     _pending: str
     _tool_index: int
     _tool_body: list[str]
+    _done: bool
+    _skip_chars: int
+    _early: str
+    _keep_log: bool
+    _max_tokens: int | None
+    _dec: StreamDecoder
 
     if TYPE_CHECKING:  # the state's log
 
@@ -106,6 +113,32 @@ class Router:
         self._emit(self._pending, out)
         self._pending = ""
         self._switch(pattern._replace(text=""), out)
+
+    def _mode_at_rest(self) -> int:
+        """The current mode while the stream is at rest, else ``DROPPED``: for a serving
+        wrapper of a stream with tags (``integrations/_reasoning_stream.py``), as
+        ``_boundary_at_rest`` is for ``ServingStream``.
+
+        At rest: live, nothing of the prompt left to skip, the decoder idle (``quick[i]`` is
+        ``feed_one(i)``, which then changes nothing), no pattern partly matched, nothing
+        that showed by ``min_tokens`` still held, no log and no ``max_tokens``. Then an id
+        in the vocabulary that is no stop id and no id tag, whose quick text holds no first
+        character of the mode's patterns (``cfg.matchers[mode].first``), takes steps
+        (1)-(5) as: appended to ``token_ids``, its text released whole to the mode's
+        channel (``_channel``), nothing else changed. A wrapper may do exactly that
+        without the call (in a tool body, the text also goes to ``_rest_tool_text``), and
+        must ask again after any call.
+        """
+        if self._done or self._skip_chars or self._ac_state or self._early or self._keep_log or self._max_tokens is not None:
+            return DROPPED
+        return self._mode if self._dec.idle else DROPPED
+
+    def _rest_tool_text(self, text: str) -> int:
+        """A wrapper's shortcut id in a tool body (``_mode_at_rest``): its text joins the
+        body the stream parses at the close tag; returns the call's index, as the
+        ``ToolCall(index, text)`` the call would have released."""
+        self._tool_body.append(text)
+        return self._tool_index
 
     def _close_channels(self, out: Out) -> None:
         """At the end of the stream: a tool body still open is reported unterminated."""

@@ -17,12 +17,14 @@ import logging
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from detok_plugin.integrations._reasoning_stream import RestTexts
 from detok_plugin.integrations._tool_stream import BodyReader, reader_for
 from detok_plugin.integrations._xml_stream import XmlBodyReader
 from vllm.entrypoints.generate.base.protocol import DeltaFunctionCall, DeltaMessage, DeltaToolCall
 from vllm.renderers.chat_utils import make_tool_call_id
 
 from detok_plugin import DetokenizerState, TagSet, TokenIdError, parse_tool_body
+from detok_plugin._delta import CONTENT, REASONING, TOOL
 
 __all__ = ["Channels", "Parts", "live_tags"]
 
@@ -67,10 +69,11 @@ class Channels:
         self.tags: TagSet = tags if tags is not None else TagSet()  # no tags: no tool calls come
         self.parser = parser
         self.streaming = streaming
+        skip = bool(getattr(request, "skip_special_tokens", True))
         self.state = DetokenizerState.from_tokenizer(
             parser.model_tokenizer,
             prompt_ids=prompt,
-            skip_special_tokens=getattr(request, "skip_special_tokens", True),
+            skip_special_tokens=skip,
             spaces_between_special_tokens=getattr(request, "spaces_between_special_tokens", True),
             stop=_stops(request),
             stop_token_ids=(),
@@ -93,6 +96,36 @@ class Channels:
         self.body_index = -1  # the core's index of the current body's first call
         self.body_open = False
         self.complete: list[tuple[str, str]] = []
+        # The common id's shortcut (RestTexts): while the stream is at rest in content or
+        # reasoning, an id whose text leaves whole is one lookup and one DeltaMessage.
+        self._rests = RestTexts.of(parser.model_tokenizer, self.state, skip) if streaming else None
+        self._slow = self._rests.slow_ids if self._rests is not None else frozenset()
+        self._ids = self.state.token_ids
+        self._rest: dict[int, str] | None = None
+        self._channel = CONTENT  # where the shortcut's text goes: CONTENT, REASONING or TOOL
+        self._caught_up()
+
+    def message(self, ids: Sequence[int], finished: bool, request: Any) -> DeltaMessage | None:
+        """``step(ids, finished).message(request)``; a live step of one id that the stream
+        takes at rest is the lookup alone (``RestTexts``: what the core would do)."""
+        rest = self._rest
+        if rest is not None and not finished and len(ids) == 1 and (tid := ids[0]).__class__ is int:
+            text = rest.get(tid)
+            if text is None:
+                text = self._rests.learn(self.state._mode, tid)  # type: ignore[union-attr]  # noqa: SLF001
+            if text is not None and tid not in self._slow:
+                self._ids.append(tid)
+                if not text:
+                    return None
+                channel = self._channel
+                if channel == CONTENT:
+                    return DeltaMessage(content=text)
+                if channel == REASONING:
+                    return DeltaMessage(reasoning=text) if getattr(request, "include_reasoning", True) else None
+                parts = Parts()
+                self._body_text(self.state._rest_tool_text(text), text, parts)  # noqa: SLF001
+                return parts.message(request)
+        return self.step(ids, finished).message(request)
 
     def step(self, ids: Sequence[int], finished: bool) -> Parts:
         parts = Parts()
@@ -102,7 +135,21 @@ class Channels:
             self._take(self._push(ids), parts, at_end=False)
         if finished and not self.state.finished:
             self._take(self.state.finish(), parts, at_end=True)
+        self._caught_up()
         return parts
+
+    def _caught_up(self) -> None:
+        """After a call into the core: whether the shortcut applies now (at rest in a mode
+        whose text goes to content, reasoning or a tool body), and where its text goes."""
+        self._rest = None
+        if self._rests is None:
+            return
+        state = self.state
+        mode = state._mode_at_rest()  # noqa: SLF001
+        channel = state._channel()  # noqa: SLF001
+        if mode >= 0 and channel in (CONTENT, REASONING, TOOL):
+            self._rest = self._rests.by_mode[mode]
+            self._channel = channel
 
     def _push(self, ids: Sequence[int]) -> Any:
         try:

@@ -131,6 +131,10 @@ class HarmonyChannels:
         self.header_ids = list(prompt[start + 1 : last])
         self._open(Parts(), body_prompt=prompt[last + 1 :])
 
+    def message(self, ids: Sequence[int], finished: bool, request: Any) -> Any:
+        """One streamed step's ``DeltaMessage`` (or None), as ``Channels.message``."""
+        return self.step(ids, finished).message(request)
+
     def step(self, ids: Sequence[int], finished: bool) -> Parts:
         parts = Parts()
         for tid in ids:

@@ -23,6 +23,11 @@ parser writes the tool tags (``detok_tool_tags``), and the stream runs them with
 call's body is part of the call, not a stop (the parser's own core applies none there, so
 the two agree on where the reply ends).
 
+The common id takes a shortcut (:class:`RestTexts`): while the core stream is at rest in a
+mode (``DetokenizerState._mode_at_rest``), an id whose text the table knows alone and that
+holds no first character of that mode's tags or stops is one lookup, as
+``ServingStream``'s common id is; every other id goes through the core.
+
 This module imports no vLLM.
 """
 
@@ -31,9 +36,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from detok_plugin import DetokenizerState, TagSet, TokenIdError
+from detok_plugin import DetokenizerState, TagSet, TokenIdError, build_table
 
-__all__ = ["REASONING_TAGS_KEY", "TOOL_TAGS_KEY", "ReasoningAwareStream", "stream_tags"]
+__all__ = ["REASONING_TAGS_KEY", "TOOL_TAGS_KEY", "ReasoningAwareStream", "RestTexts", "stream_tags"]
 
 #: The ``vllm_xargs`` / ``SamplingParams.extra_args`` keys: ``[open_tag, close_tag]``
 #: (a tool close tag of ``""``: the body runs to the end, as ``[TOOL_CALLS]``'s).
@@ -63,6 +68,53 @@ def _pair(value: Any, *, close_may_be_empty: bool) -> tuple[str, str] | None:
     return value[0], value[1]
 
 
+class RestTexts:
+    """A stream with tags' shortcut: per mode (content, reasoning, tool body), the ids
+    whose text leaves whole while the stream is at rest in that mode.
+
+    Exact by ``DetokenizerState._mode_at_rest``: at rest, an id that is no stop id or id tag
+    and whose quick text (its text when the decoder holds nothing) holds no first character
+    of the mode's patterns is appended and its text released to the mode's channel, and
+    nothing else changes. The per-mode dicts are the table's shared ``rest_texts`` (keyed by
+    the skip flag and the first characters, filled in as ids arrive, the rule
+    ``ServingStream`` fills them by), so nothing is learnt per stream; stop ids and id tags
+    are never taken (``text``).
+    """
+
+    __slots__ = ("by_mode", "_firsts", "_quick", "slow_ids")
+
+    def __init__(self, by_mode: tuple[dict[int, str], ...], firsts: tuple[Any, ...], quick: tuple[str | None, ...], slow_ids: frozenset[int]) -> None:
+        self.by_mode = by_mode
+        self._firsts = firsts
+        self._quick = quick
+        self.slow_ids = slow_ids
+
+    @classmethod
+    def of(cls, tokenizer: Any, state: DetokenizerState, skip_special_tokens: bool) -> RestTexts | None:
+        """The shortcut for ``state`` (built on ``tokenizer``), or None where there is none
+        (the generic path, a log, ``max_tokens``)."""
+        table = build_table(tokenizer)[0]
+        if table is None or state._keep_log or state._max_tokens is not None:  # noqa: SLF001
+            return None
+        matchers = state._cfg.matchers  # noqa: SLF001 (one package: the state's own options)
+        firsts = tuple(m.find_first if m is not None else None for m in matchers)
+        by_mode = tuple(table.rest_texts(skip_special_tokens, m.first.pattern if m is not None else None) for m in matchers)
+        slow = frozenset(state._stop_ids) | frozenset(state._id_tags)  # noqa: SLF001
+        return cls(by_mode, firsts, table.quick_texts(skip_special_tokens), slow)
+
+    def learn(self, mode: int, token_id: int) -> str | None:
+        """An id not yet in the mode's dict: its quick text if that holds no first
+        character of the mode's patterns (then it is added), else None."""
+        quick = self._quick
+        if not 0 <= token_id < len(quick) or (text := quick[token_id]) is None:
+            return None
+        first = self._firsts[mode]
+        if first is not None and first(text) is not None:
+            return None
+        self.by_mode[mode][token_id] = text
+        return text
+
+
 class Step(NamedTuple):
     """What a push or finish released: content text (reasoning and its tags inline)."""
 
@@ -81,14 +133,23 @@ class ReasoningAwareStream:
     of the ids taken (up to the one that completed a stop).
     """
 
-    __slots__ = ("_state", "token_ids", "finish_reason", "stop_reason", "_on_unknown")
+    # What the common id reads comes first.
+    __slots__ = ("_rest", "_mode", "_rests", "_slow", "token_ids", "_ids", "finish_reason", "stop_reason", "_state", "_on_unknown")
 
-    def __init__(self, state: DetokenizerState, on_unknown_id: Callable[[TokenIdError], None] | None = None) -> None:
+    def __init__(
+        self, state: DetokenizerState, on_unknown_id: Callable[[TokenIdError], None] | None = None, rest: RestTexts | None = None
+    ) -> None:
         self._state = state
+        self._ids = state.token_ids  # the core's count (min_tokens), fed on the shortcut too
         self.token_ids: list[int] = []
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
         self._on_unknown = on_unknown_id
+        self._rests = rest
+        self._slow = rest.slow_ids if rest is not None else frozenset()
+        self._mode = -1
+        self._rest: dict[int, str] | None = None
+        self._caught_up()
 
     @classmethod
     def from_tokenizer(
@@ -99,7 +160,8 @@ class ReasoningAwareStream:
         state = DetokenizerState.from_tokenizer(
             tokenizer, tags=tags, reasoning="inline", tools="inline", stop_in_reasoning=False, keep_log=False, **options
         )
-        return cls(state, on_unknown_id)
+        # Every mode's channel is the text here (reasoning and tools inline).
+        return cls(state, on_unknown_id, RestTexts.of(tokenizer, state, bool(options.get("skip_special_tokens", False))))
 
     @property
     def finished(self) -> bool:
@@ -111,6 +173,16 @@ class ReasoningAwareStream:
 
     def push_text(self, token_id: int) -> str:
         """Add one id; return the text it released (reasoning included, inline)."""
+        rest = self._rest
+        if rest is not None and token_id.__class__ is int:  # not a bool, numpy or torch scalar
+            # At rest (RestTexts): the common id is one lookup.
+            text = rest.get(token_id)
+            if text is None:
+                text = self._rests.learn(self._mode, token_id)  # type: ignore[union-attr]
+            if text is not None and token_id not in self._slow:
+                self._ids.append(token_id)
+                self.token_ids.append(token_id)
+                return text
         state = self._state
         try:
             delta = state.push(token_id)
@@ -123,7 +195,15 @@ class ReasoningAwareStream:
         self.token_ids.append(token_id)
         self.finish_reason = delta.finish_reason
         self.stop_reason = delta.stop_reason
+        self._caught_up()
         return str(delta.text)
+
+    def _caught_up(self) -> None:
+        """After a call into the core: whether it is at rest now, and in which mode."""
+        rests = self._rests
+        mode = self._state._mode_at_rest() if rests is not None else -1  # noqa: SLF001
+        self._mode = mode
+        self._rest = rests.by_mode[mode] if rests is not None and mode >= 0 else None
 
     def push(self, ids: Sequence[int]) -> Step:
         """Add several ids, one by one, up to a stop."""
@@ -137,4 +217,5 @@ class ReasoningAwareStream:
     def finish(self) -> Step:
         """End the stream: release what is held."""
         text = "" if self._state.finished else self._state.finish().text
+        self._rest = None
         return Step(text, self.finish_reason, self.stop_reason)

@@ -134,7 +134,7 @@ class DetokChatParser(Parser):
         if self._chat is None:
             prompt = prompt_token_ids if prompt_token_ids is not None else self._prompt
             self._chat = self._channels(request, prompt or (), streaming=True)
-        message: DeltaMessage | None = self._chat.step(delta_token_ids, finished).message(request)
+        message: DeltaMessage | None = self._chat.message(delta_token_ids, finished, request)
         return message
 
     def parse(
