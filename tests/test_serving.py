@@ -1,4 +1,5 @@
-"""ServingStream, the serving layer: the reference's content, with its own path at rest.
+"""ServingStream, the serving layer: the reference's content, with its own paths at rest and
+through a split character.
 
 The property that it streams exactly what DetokenizerState.push_text streams, on every real
 tokenizer and random stops, min/max tokens and include flags, is in test_state_boundary
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 from helpers import expected
+from hypothesis import given
+from hypothesis import strategies as st
 
 from detok_plugin import DetokenizerState, ServingStream, TokenIdError
 
@@ -92,3 +95,34 @@ def test_rest_texts_are_shared_by_the_stops_first_characters(qwen3):
     assert a.push_text(hello) == " hello" and a._known[hello] == " hello"
     assert a.push_text(newline) == "" and newline not in a._known  # "\n" may start a stop
     assert c.push_text(newline) == "\n" and c._known[newline] == "\n"
+
+
+@given(data=st.data())
+def test_split_characters_end_the_stream_where_the_reference_does(real_tokenizer, data):
+    """While a character is split across ids the serving stream feeds the reference's decoder
+    itself: an id that ends the stream there (a stop id, max_tokens), a stop that starts or
+    completes in the finished character, min_tokens and the include flag give, id by id,
+    what the reference gives, and so does the end of the stream."""
+    tok = real_tokenizer
+    pieces = st.sampled_from(["🫨", "你好", "é", " ok", "\n", "🇯🇵", "a🫨b", "ありがとう"])
+    ids = tok.encode("".join(data.draw(st.lists(pieces, min_size=1, max_size=6))), add_special_tokens=False)
+    kw = dict(
+        stop=data.draw(st.lists(st.sampled_from(["🫨", "好", "\n\n", "ok", "a🫨", "\ufffd"]), max_size=2)),
+        stop_token_ids=data.draw(st.lists(st.sampled_from(ids), max_size=1)),
+        eos_token_ids=(),
+        max_tokens=data.draw(st.sampled_from([None, 1, 2, 3, 5, 8])),
+        min_tokens=data.draw(st.integers(0, 2)),
+        include_stop_str_in_output=data.draw(st.booleans()),
+    )
+    ref = DetokenizerState.from_tokenizer(tok, **kw)
+    s = ServingStream.from_tokenizer(tok, **kw)
+    for i in ids:
+        if ref.finished:
+            break
+        want = ref.push(i)
+        assert s.push_text(i) == want.text
+        assert (s.finish_reason, s.stop_reason) == (want.finish_reason, want.stop_reason)
+    assert s.finished == ref.finished
+    if not ref.finished:
+        assert s.finish().text == ref.finish().text
+    assert s.token_ids == ref.token_ids
