@@ -28,6 +28,7 @@ pytest.importorskip("vllm.parser.abstract_parser", reason="vLLM 0.32+ is not ins
 import tokenizer_zoo  # noqa: E402
 from detok_plugin.integrations import vllm as shim  # noqa: E402
 from detok_plugin.integrations import vllm_chat  # noqa: E402
+from detok_plugin.integrations._reasoning_stream import RestTexts  # noqa: E402
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
 from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor  # noqa: E402
 from vllm.parser import ParserManager  # noqa: E402
@@ -127,6 +128,7 @@ class Chat:
     deltas: list[Any] = field(default_factory=list)
     finish_reason: str | None = None
     detok_text: str = ""  # what the detokenizer (OutputProcessor) sent, joined
+    detok_steps: list[str] = field(default_factory=list)  # ... and per step
 
     def joined(self, name: str) -> str:
         return "".join(getattr(d, name) or "" for d in self.deltas if d is not None)
@@ -193,6 +195,7 @@ def _replay(
         for ro in processed.request_outputs:
             for co in ro.outputs:
                 seen.detok_text += co.text
+                seen.detok_steps.append(co.text)
                 result = processor.step(co.text, list(co.token_ids), co.finish_reason, ro.prompt_token_ids)
                 seen.deltas.append(result.delta)
                 seen.finish_reason = result.finish_reason or seen.finish_reason
@@ -391,6 +394,44 @@ def test_tags_split_at_every_byte(family: str, tag: str) -> None:
             # The reasoning is complete in the delta of the tag's last token.
             last = at + len(spelled) - 1
             assert "".join(d.reasoning or "" for d in seen.deltas[: last + 1] if d) == want.reasoning
+
+
+def _as_sent(seen: Chat) -> list[Any]:
+    """Every step's delta as a client receives it, tool call ids left out (random)."""
+    sent = []
+    for d in seen.deltas:
+        fields = d.model_dump(exclude_none=True) if d is not None else None
+        for tc in (fields or {}).get("tool_calls", ()):
+            tc.pop("id", None)
+        sent.append(fields)
+    return [sent, seen.detok_steps, seen.finish_reason]
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("family", FAMILY_PARAMS)
+def test_the_common_ids_shortcut_sends_what_the_core_sends(family: str, step: int) -> None:
+    """Both layers take the common id without the core while their stream is at rest
+    (``_reasoning_stream.RestTexts``); with it off (every id through the core), every
+    step's delta, the detokenizer's text per step and the finish are the same: replies
+    with a stop in the reasoning, in a tool body, in the answer, tags spelled one byte
+    per token, emoji split over tokens, and a request without tools."""
+    fam = FAMILIES[family]
+    tok = tokenizer(fam.tokenizer)
+    cases: list[tuple[list[int], dict[str, Any]]] = [
+        (answer(fam), {"stop": ["quoted", "STOP"]}),
+        (answer(fam, thought="Think. STOP is a word 🫨 here.", said="Sure 👨‍👩‍👧 then STOP now.\n"), {"stop": ["STOP"]}),
+        (answer(fam, said="Sure, checking.\n"), {"stop": ["\n\nUser:", "###"], "tools": False}),
+    ]
+    spelled = byte_ids(tok, fam.tool[0]) + enc(tok, fam.body("get_weather", ARGS)) + (byte_ids(tok, fam.tool[1]) if fam.tool[1] else [])
+    if fam.think is not None:
+        spelled = byte_ids(tok, fam.think[0]) + enc(tok, "a ### b") + byte_ids(tok, fam.think[1]) + enc(tok, "ok ") + spelled
+    cases.append((spelled, {"stop": ["###"]}))
+    for out, kw in cases:
+        fast = chat(fam, out, step=step, **kw)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(RestTexts, "of", classmethod(lambda cls, *a: None))
+            slow = chat(fam, out, step=step, **kw)
+        assert _as_sent(fast) == _as_sent(slow)
 
 
 def test_tool_arguments_stream_as_they_form() -> None:
