@@ -10,12 +10,19 @@ gives every live request one id. What is timed, per step: vLLM's real
 ``ChatStreamProcessor.step`` (the parser, as ``OpenAIServingChat`` streams it):
 
 * ``stock``: ``DETOK_PLUGIN=0``, ``--reasoning-parser qwen3 --tool-call-parser hermes``;
-* ``detok``: ``DETOK_PLUGIN=1``, ``--reasoning-parser detok_qwen3 --tool-call-parser detok_qwen3``.
+* ``detok``: ``DETOK_PLUGIN=1``, ``--reasoning-parser detok_qwen3 --tool-call-parser detok_qwen3``;
+* ``detok, no shortcut``: the same with the common-id shortcut of both layers off
+  (``_reasoning_stream.RestTexts``: every id through the core), the simpler design
+  measured beside it;
+* ``floor``: ``DETOK_PLUGIN=1`` with no tags (the plugin's ``ServingStream``) and a parser that
+  returns ``DeltaMessage(content=delta_text)`` for a step with text: what vLLM's own
+  ``process_outputs`` and ``ChatStreamProcessor.step`` cost around any parser.
 
 Requests are built and added untimed; then the two replays alternate (``--repeats``
 times after a warm-up pair), each replay's steps timed in CPU time (``process_time_ns``: the
 shared machine's load is not ours) with the setup heap frozen as vLLM's server freezes it; the figure
-is the median replay's nanoseconds per token, and the ratio the median of per-pair ratios.
+is the median replay's nanoseconds per token (and its two halves), and each ratio the
+median of per-repeat ratios to ``stock``.
 Both replays' reasoning, content and tool calls are checked equal before timing.
 
 Run: ``.venv/bin/python benchmarks/bench_vllm_chat.py [--requests 256] [--repeats 3]``
@@ -24,18 +31,24 @@ Run: ``.venv/bin/python benchmarks/bench_vllm_chat.py [--requests 256] [--repeat
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
 import statistics
 import time
+from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 from _common import PARAGRAPHS, table, tokenizer_zoo
 from detok_plugin.integrations import vllm as shim
+from detok_plugin.integrations._reasoning_stream import RestTexts
+from vllm.entrypoints.generate.base.protocol import DeltaMessage
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor
 from vllm.parser import ParserManager
+from vllm.parser.abstract_parser import Parser
 from vllm.tokenizers.hf import get_cached_tokenizer
 from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
 from vllm.v1.engine.output_processor import OutputProcessor
@@ -43,7 +56,35 @@ from vllm.v1.engine.output_processor import OutputProcessor
 STOPS = ["<|end_of_answer|>", "\n\nUser:", "###", "STOP!"]
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 PROMPT = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
-CONFIGS = {"stock": (False, "qwen3", "hermes"), "detok": (True, "detok_qwen3", "detok_qwen3")}
+#: name: (plugin on, --reasoning-parser, --tool-call-parser); None names: the floor's parser.
+CONFIGS: dict[str, tuple[bool, str | None, str | None]] = {
+    "stock": (False, "qwen3", "hermes"),
+    "detok": (True, "detok_qwen3", "detok_qwen3"),
+    "detok, no shortcut": (True, "detok_qwen3", "detok_qwen3"),
+    "floor": (True, None, None),
+}
+
+
+class FloorParser(Parser):
+    """No reasoning, no tools: the step's text as content (what vLLM streams without a parser)."""
+
+    reasoning_parser_cls = None
+    tool_parser_cls = None
+
+    def parse_delta(self, delta_text: str, delta_token_ids: list[int], request: Any,
+                    prompt_token_ids: list[int] | None = None, *, finished: bool) -> DeltaMessage | None:
+        return DeltaMessage(content=delta_text) if delta_text else None
+
+
+@contextlib.contextmanager
+def _variant(name: str) -> Iterator[None]:
+    """``detok, no shortcut``: RestTexts.of gives None, so both layers send every id through
+    the core (the detokenizer's stream is built at add_request, the parser's at its first step)."""
+    if name != "detok, no shortcut":
+        yield
+        return
+    with mock.patch.object(RestTexts, "of", classmethod(lambda cls, *a: None)):
+        yield
 
 
 def replies(tok: Any, n: int) -> list[list[int]]:
@@ -63,10 +104,14 @@ class Replay:
 
     def __init__(self, tok: Any, name: str, outs: list[list[int]]) -> None:
         self.plugin, r_name, t_name = CONFIGS[name]
-        self.tok, self.outs = tok, outs
-        with _switch(self.plugin):
-            self.parser_cls = ParserManager.get_parser(
-                tool_parser_name=t_name, reasoning_parser_name=r_name, enable_auto_tools=True, tokenizer=tok
+        self.name, self.tok, self.outs = name, tok, outs
+        with _switch(self.plugin), _variant(name):
+            self.parser_cls = (
+                ParserManager.get_parser(
+                    tool_parser_name=t_name, reasoning_parser_name=r_name, enable_auto_tools=True, tokenizer=tok
+                )
+                if r_name or t_name
+                else FloorParser
             )
             self.op = OutputProcessor(tok, log_stats=False)
             self.procs: dict[str, ChatStreamProcessor] = {}
@@ -91,23 +136,29 @@ class Replay:
         ]
         self.seen: dict[str, list[Any]] = {rid: [] for rid in self.procs}
 
-    def run(self) -> float:
-        """The replay, timed: seconds for every step (detokenizer and parser)."""
+    def run(self) -> tuple[int, int]:
+        """The replay, timed: CPU nanoseconds in the detokenizer and in the parser."""
         op, procs, seen = self.op, self.procs, self.seen
-        with _switch(self.plugin):
+        clock = time.process_time_ns
+        with _switch(self.plugin), _variant(self.name):
             # The setup heap frozen, as vLLM's server freezes it after start-up
             # (vllm.utils.gc_utils.freeze_gc_heap): else a full collection over it lands on
             # whichever replay runs when it comes.
             gc.collect()
             gc.freeze()
+            detok = parse = 0
             try:
-                t0 = time.process_time_ns()
                 for outputs in self.steps:
-                    for ro in op.process_outputs(outputs).request_outputs:
+                    t0 = clock()
+                    request_outputs = op.process_outputs(outputs).request_outputs
+                    t1 = clock()
+                    for ro in request_outputs:
                         co = ro.outputs[0]
                         delta = procs[ro.request_id].step(co.text, list(co.token_ids), co.finish_reason, ro.prompt_token_ids).delta
                         seen[ro.request_id].append(delta)
-                return (time.process_time_ns() - t0) / 1e9
+                    detok += t1 - t0
+                    parse += clock() - t1
+                return detok, parse
             finally:
                 gc.unfreeze()
 
@@ -142,8 +193,7 @@ def main() -> None:
     tok = get_cached_tokenizer(tokenizer_zoo.load("qwen3"))
     outs = replies(tok, args.requests)
     tokens = sum(map(len, outs))
-    times: dict[str, list[float]] = {k: [] for k in CONFIGS}
-    checked = False
+    times: dict[str, list[tuple[int, int]]] = {k: [] for k in CONFIGS}
     for rep in range(args.repeats + 1):
         replays = {k: Replay(tok, k, outs) for k in CONFIGS}  # untimed: requests added fresh
         order = list(CONFIGS) if rep % 2 == 0 else list(reversed(CONFIGS))
@@ -151,15 +201,24 @@ def main() -> None:
             t = replays[k].run()
             if rep:  # the first pair is the warm-up
                 times[k].append(t)
-        if not checked:
-            a, b = (replays[k].joined() for k in CONFIGS)
-            assert a == b, "stock and detok disagree on these replies"
-            checked = True
-    ratios = [d / s for s, d in zip(times["stock"], times["detok"])]
-    rows = [(k, f"{statistics.median(v) / tokens * 1e9:,.0f}") for k, v in times.items()]
+        if not rep:
+            got = {k: replays[k].joined() for k in CONFIGS if k != "floor"}
+            assert all(v == got["stock"] for v in got.values()), "stock and detok disagree on these replies"
+    stock = [sum(t) for t in times["stock"]]
+    rows = []
+    for k, v in times.items():
+        per = [sum(t) for t in v]
+        rows.append((
+            k,
+            f"{statistics.median(per) / tokens:,.0f}",
+            f"{statistics.median(t[0] for t in v) / tokens:,.0f}",
+            f"{statistics.median(t[1] for t in v) / tokens:,.0f}",
+            f"{statistics.median(d / s for s, d in zip(stock, per)):.2f}x",
+        ))
     print(f"{args.requests} requests, {tokens} tokens, stops {STOPS!r}, Qwen3 with <think> and <tool_call>")
-    print(table(rows, ("config", "ns/token (detokenizer + chat parser)")))
-    print(f"detok / stock: {statistics.median(ratios):.2f}x (target <= 0.5x)")
+    print(table(rows, ("config", "ns/token", "process_outputs", "chat step", "/ stock")))
+    detok = statistics.median(sum(d) / sum(s) for s, d in zip(times["stock"], times["detok"]))
+    print(f"detok / stock: {detok:.2f}x (target <= 0.5x)")
 
 
 if __name__ == "__main__":

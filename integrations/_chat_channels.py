@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from detok_plugin.integrations._reasoning_stream import RestTexts
 from detok_plugin.integrations._tool_stream import BodyReader, reader_for
 from detok_plugin.integrations._xml_stream import XmlBodyReader
-from vllm.entrypoints.generate.base.protocol import DeltaFunctionCall, DeltaMessage, DeltaToolCall
+from vllm.entrypoints.generate.base.protocol import DeltaMessage
 from vllm.renderers.chat_utils import make_tool_call_id
 
 from detok_plugin import DetokenizerState, TagSet, TokenIdError, parse_tool_body
@@ -32,23 +32,27 @@ logger = logging.getLogger("vllm.detok_plugin")
 
 
 class Parts:
-    """One delta's pieces; tool-call pieces of one call merge into one DeltaToolCall."""
+    """One delta's pieces; tool-call pieces of one call merge into one DeltaToolCall.
+
+    Tool calls are kept as the dicts vLLM's ``DeltaToolCall`` is validated from (the same
+    fields set, so the same JSON): ``DeltaMessage`` builds the models in one validation,
+    a third cheaper than building each model first (three per tool-call step)."""
 
     __slots__ = ("reasoning", "content", "tools")
 
     def __init__(self) -> None:
         self.reasoning: list[str] = []
         self.content: list[str] = []
-        self.tools: dict[int, DeltaToolCall] = {}
+        self.tools: dict[int, dict[str, Any]] = {}
 
     def tool(self, index: int, *, id: str | None = None, name: str | None = None, args: str = "") -> None:
         call = self.tools.get(index)
         if call is None:
-            fn = DeltaFunctionCall(name=name, arguments=args) if name is not None else DeltaFunctionCall(arguments=args)
-            self.tools[index] = DeltaToolCall(index=index, id=id, type="function" if id else None, function=fn)
+            fn = {"name": name, "arguments": args} if name is not None else {"arguments": args}
+            self.tools[index] = {"index": index, "id": id, "type": "function" if id else None, "function": fn}
             return
-        assert call.function is not None
-        call.function.arguments = (call.function.arguments or "") + args
+        fn = call["function"]
+        fn["arguments"] = (fn["arguments"] or "") + args
 
     def message(self, request: Any) -> DeltaMessage | None:
         fields: dict[str, Any] = {}
