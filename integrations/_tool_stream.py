@@ -96,7 +96,12 @@ class BodyReader:
         self._dead = False  # a layout this reader does not stream: the end sends it
 
     def feed(self, text: str) -> list[Event]:
-        self.buf += text
+        if self.pos == len(self.buf):
+            # Everything before pos is read and never looked at again (every scan starts at
+            # pos): drop it, so a long body costs O(its length), not O(length^2).
+            self.buf, self.pos = text, 0
+        else:
+            self.buf += text
         events: list[Event] = []
         while not self._dead:
             before = (self.pos, self.calls, self._open)
@@ -104,6 +109,8 @@ class BodyReader:
                 self._args_key()
             elif self._open:
                 self._scan_args(events)
+                if self._open:  # all that arrived is sent, or held for a raw closer
+                    break
             elif self.fmt == "deepseek":
                 self._deepseek_head(events)
             elif self.fmt == "deepseek_v31":
