@@ -15,6 +15,10 @@
    only outside reasoning (vllm-project/vllm#53066, ``_reasoning_stream``); without it,
    anywhere, as stock vLLM's detokenizer does.
 
+The common id costs a lookup, not a call into the core: while the stream is at rest in a
+mode, an id whose text holds no first character of that mode's tags or stops is what the
+core would release whole (``_reasoning_stream.RestTexts``, in ``_chat_channels.Channels.message``).
+
 How it plugs in. vLLM 0.32/0.33 compose one unified ``vllm.parser.Parser`` per server from
 the two names (``ParserManager._compose_parser``), with no registry for unified parsers.
 :func:`register_chat_parsers` therefore (a) registers per preset a reasoning parser and a
