@@ -190,7 +190,10 @@ class ReasoningAwareStream:
             if self._on_unknown is None or state.finished:
                 raise
             self._on_unknown(exc)
-            self.token_ids.append(token_id)  # counted, rendered as the decode renders it
+            # Counted (by the core too: min_tokens and max_tokens count it, as vLLM and
+            # ServingStream do), rendered as the decode renders it.
+            self._ids.append(token_id)
+            self.token_ids.append(token_id)
             return ""
         self.token_ids.append(token_id)
         self.finish_reason = delta.finish_reason

@@ -613,3 +613,25 @@ def test_detok_names_compose_detoks_parser_and_others_stay_vllms() -> None:
 def test_every_stock_wrong_case_has_its_test() -> None:
     names = {n for n in globals() if n.startswith("test_stock_wrong_")}
     assert {f"test_stock_wrong_{case}" for case in STOCK_WRONG if case != "stop_inside_reasoning"} == names
+
+
+def test_an_unknown_id_counts_towards_min_tokens_as_in_the_serving_stream() -> None:
+    """An id past the vocabulary (a padded vocabulary can sample one) renders as "" and is
+    counted: with the reasoning tags live, a stop that completes after min_tokens ids,
+    unknown ones included, ends the stream, as it does in the plain serving stream."""
+    from detok_plugin.integrations._reasoning_stream import ReasoningAwareStream
+
+    from detok_plugin import ServingStream, TagSet
+
+    tok = tokenizer("qwen3")
+    text = enc(tok, "xy STOP more")
+    complete = next(k for k in range(1, len(text) + 1) if "STOP" in tok.decode(text[:k]))
+    unknown = len(tok) + 5
+    ids = [unknown, unknown, *text]
+    options = dict(stop=["STOP"], eos_token_ids=(), min_tokens=complete + 1, on_unknown_id=lambda exc: None)
+    plain = ServingStream.from_tokenizer(tok, **options)
+    tagged = ReasoningAwareStream.from_tokenizer(tok, tags=TagSet.preset("qwen3"), **options)
+    for stream in (plain, tagged):
+        got = "".join(stream.push_text(i) for i in ids if not stream.finished)
+        assert (got, stream.finish_reason, stream.stop_reason) == ("xy ", "stop", "STOP")
+        assert stream.token_ids == ids[: 2 + complete]
