@@ -28,6 +28,10 @@ tokenizer (tests/tgi_harness.py), on the CPU.
    within noise (the interval reaches 1.0 or lies below it). The wrapped step still runs
    TGI's own ``decode_token``, whose text the shim replaces.
 
+Both parts time CPU time (``time.process_time_ns``), not the wall clock: on a shared
+machine the wall clock also counts waiting for a core, and that falls unevenly (a short
+run more often fits in one time slice than a long one).
+
     DETOK_TGI_PYTHON=/path/to/tgi/python .venv/bin/python benchmarks/bench_tgi.py \
         [--repeats 200] [--pairs 40] [--part text|step|both]
 """
@@ -187,18 +191,18 @@ def text_path(model, requests, recorded, repeats: int) -> None:
         gc.collect()
         for name in names[k % 3:] + names[:k % 3]:
             setup, run = runners[name]
-            t0 = time.perf_counter_ns()
+            t0 = time.process_time_ns()
             state = setup()
-            t1 = time.perf_counter_ns()
+            t1 = time.process_time_ns()
             run(state)
-            t2 = time.perf_counter_ns()
+            t2 = time.process_time_ns()
             if k >= 2:
                 times[name + "_setup"].append((t1 - t0) / 1e3)
                 times[name].append((t2 - t1) / 1e3)
     per_id = [s / k for s, k in zip(times["shim"], times["stock"])]
     whole = [(a + b) / (c + d) for a, b, c, d in zip(times["shim_setup"], times["shim"], times["stock_setup"], times["stock"])]
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\ntext path, {len(requests)} requests, {n_ids} ids (Qwen3, skewed sampling), {repeats} repeats:")
+    print(f"\ntext path, {len(requests)} requests, {n_ids} ids (Qwen3, skewed sampling), {repeats} repeats, CPU time:")
     print(f"  stock decode_token + StoppingCriteria: {med['stock'] / n_ids:.2f} us/id  "
           f"(+ from_pb {med['stock_setup'] / len(requests):.1f} us/request)")
     print(f"  shim criteria + prepare + rewrite:     {med['shim'] / n_ids:.2f} us/id  "
@@ -224,7 +228,7 @@ def step_times(model, pairs: int) -> None:
         verdict = "slower by > 1%" if lo > 1.01 else ("faster by > 1%" if hi < 0.99 else "within 1%")
         rows.append((size, f"{statistics.median(ms[False]):.2f}", f"{statistics.median(ms[True]):.2f}",
                      spread(ratios), f"[{lo:.3f}, {hi:.3f}]", verdict))
-    print(f"\ngenerate_token per decode step (CPU, OPT over Qwen3, one torch thread), {pairs} interleaved pairs:")
+    print(f"\ngenerate_token per decode step (CPU, OPT over Qwen3, one torch thread), {pairs} interleaved pairs, CPU time:")
     print(table(rows, ("batch", "stock ms", "wrapped ms", "wrapped/stock per pair", "95% CI of median", "verdict")))
 
 
@@ -260,16 +264,16 @@ def step_pairs(model, size: int, pairs: int) -> dict[bool, list[float]]:
         fn, criterias = sides[on]
         batch.stopping_criterias = criterias
         gc.collect()  # every step starts from the same collector state (the other side's sync left garbage)
-        t0 = time.perf_counter_ns()
+        t0 = time.process_time_ns()
         gens, batch, _ = fn(model, batch)
         if n >= 3:
-            ms[on].append((time.perf_counter_ns() - t0) / 1e6)
+            ms[on].append((time.process_time_ns() - t0) / 1e6)
         for g in gens:  # the other side takes the same ids, untimed
             other = sides[not on][1][index[g.request_id]]
             for tid in g.tokens.token_ids:
                 other(int(tid), "")
             if not on:
-                other.take_step()
+                other.sent = len(other.texts)  # as rewrite would
     return ms
 
 

@@ -10,9 +10,10 @@ asks its ``StoppingCriteria`` whether an id ends the request, and why (a ``Finis
    for a stop equal to a special token's text, matched on that token's id), an EOS id
    (``FINISH_EOS_TOKEN``, unless the request ignores EOS), or the ``max_new_tokens``-th id
    (``FINISH_LENGTH``; a stop or EOS on that same id wins, as the text shows).
-2. ``take_step()`` returns the texts of the ids pushed since the last call, one per id; the
-   last id of a request carries what ending released (a held partial stop that did not
-   complete, bytes of an unfinished character rendered as the decode renders them).
+2. ``texts`` holds the text of each id pushed, one per id; the last id of a request carries
+   what ending released (a held partial stop that did not complete, bytes of an unfinished
+   character rendered as the decode renders them). ``sent`` counts those the shim's step
+   has already written into TGI's records (``_tgi_step.rewrite``).
 3. ``text`` is the joined texts: exactly ``decode(prompt + out)[len(decode(prompt)):]``
    with ``skip_special_tokens=True``, cut before the stop string (or, with
    ``keep_stop=True``, after it; never what follows it).
@@ -25,7 +26,7 @@ tokenizer's decode renders it (TGI's loop must not raise: a RuntimeError kills t
 >>> r = RequestText.build(table, (), stop_sequences=["###"], eos_token_ids=(), max_new_tokens=20)
 >>> [r.push(i) for i in (3, 0, 1, 2, 4)] == [None, None, None, None, FINISH_STOP_SEQUENCE]
 True
->>> r.take_step(), r.text
+>>> r.texts, r.text
 (['Hi', '', '', '🫨', ' '], 'Hi🫨 ')
 """
 
@@ -119,11 +120,13 @@ class RequestText:
     (both raise here; the shim's criteria answers with TGI's stock criteria).
     """
 
-    __slots__ = ("stream", "current_tokens", "max_new_tokens", "_parts", "_sent", "request_id")
+    __slots__ = ("stream", "current_tokens", "max_new_tokens", "texts", "sent", "request_id")
 
     stream: Any
     current_tokens: int
     max_new_tokens: int
+    texts: list[str]  # one per id taken
+    sent: int  # how many of texts TGI's records have (_tgi_step.rewrite)
     request_id: str | None
 
     def __init__(self, stream: Any, max_new_tokens: int, request_id: str | None = None) -> None:
@@ -135,8 +138,8 @@ class RequestText:
 
     def _start(self, stream: Any, request_id: str | None) -> None:
         self.stream = stream
-        self._parts: list[str] = []
-        self._sent = 0
+        self.texts = []
+        self.sent = 0
         self.request_id = request_id
 
     @classmethod
@@ -170,7 +173,7 @@ class RequestText:
             self.current_tokens -= 1
             return self._failed(exc, last_token, last_output)
         if stream.finish_reason is None and self.current_tokens < self.max_new_tokens:
-            self._parts.append(text)
+            self.texts.append(text)
             return (False, None)
         return (True, self._end(text))
 
@@ -189,7 +192,7 @@ class RequestText:
             code = FINISH_STOP_SEQUENCE
         else:
             code = FINISH_LENGTH if reason == "length" else FINISH_EOS_TOKEN
-        self._parts.append(text + stream.finish().text)
+        self.texts.append(text + stream.finish().text)
         return code
 
     def _without_stream(self, last_token: Any, last_output: str) -> tuple[bool, int | None]:
@@ -198,16 +201,10 @@ class RequestText:
     def _failed(self, exc: Exception, last_token: Any, last_output: str) -> tuple[bool, int | None]:
         raise exc
 
-    def take_step(self) -> list[str]:
-        """The texts of the ids pushed since the last call, one per id."""
-        parts, start = self._parts, self._sent
-        self._sent = len(parts)
-        return parts[start:]
-
     @property
     def text(self) -> str:
         """All the request's text so far (its ``generated_text`` once it has ended)."""
-        return "".join(self._parts)
+        return "".join(self.texts)
 
     @property
     def generated_tokens(self) -> int:
@@ -301,15 +298,17 @@ def special_stop_ids(tokenizer: Any, stops: Sequence[str]) -> tuple[int, ...]:
         return ()
     to_id = getattr(tokenizer, "convert_tokens_to_ids", None)
     to_token = getattr(tokenizer, "convert_ids_to_tokens", None)
-    special = getattr(tokenizer, "all_special_ids", None)
-    if to_id is None or to_token is None or not special:
+    if to_id is None or to_token is None:
         return ()
     ids = []
-    special = frozenset(special)
+    special: frozenset[int] | None = None  # read only for a stop that is one token's text
     for stop in stops:
         tid = to_id(stop)
-        if isinstance(tid, int) and tid in special and to_token(tid) == stop:
-            ids.append(tid)
+        if isinstance(tid, int) and to_token(tid) == stop:
+            if special is None:
+                special = frozenset(getattr(tokenizer, "all_special_ids", None) or ())
+            if tid in special:
+                ids.append(tid)
     return tuple(ids)
 
 

@@ -2,15 +2,19 @@
 
 None of this is evidence about TGI: TGI's server is not on PyPI, so what the shim does
 inside TGI's loop is tested in tests/test_tgi_server.py (marker ``tgi``) where it is
-installed. Here: import hygiene, the switch, the start-up hook, and the mapping of stops,
-EOS and length to TGI's finish codes and texts, on real tokenizers against their decode.
+installed. Here: import hygiene, the switch, the start-up hook, the mapping of stops,
+EOS and length to TGI's finish codes and texts, on real tokenizers against their decode,
+and which request's texts each ``Generation`` of a step gets (stand-ins of TGI's records
+with the fields the shim reads).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -145,6 +149,11 @@ def _decode(tok, prompt, ids):
     return tok.decode(p + ids, skip_special_tokens=True)[len(tok.decode(p, skip_special_tokens=True)):]
 
 
+def _decode_ids(tok, prompt_ids, ids):
+    whole = tok.decode(prompt_ids + ids, skip_special_tokens=True)
+    return whole[len(tok.decode(prompt_ids, skip_special_tokens=True)):]
+
+
 def _ids(tok, text):
     return tok(text, add_special_tokens=False)["input_ids"]
 
@@ -159,7 +168,7 @@ def test_a_stop_ends_the_request_at_the_id_that_completes_it(name, load_tokenize
     k = next(k for k in range(1, len(ids) + 1) if "🫨" in _decode(tok, "Q:", ids[:k]))
     assert codes == [None] * (k - 1) + [FINISH_STOP_SEQUENCE]
     assert req.text == _decode(tok, "Q:", ids[:k]).split("🫨")[0]
-    assert req.text == "".join(req.take_step())
+    assert req.text == "".join(req.texts) and len(req.texts) == k
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -223,13 +232,11 @@ def test_texts_are_one_per_id_and_join_to_the_text(load_tokenizer):
     tok = load_tokenizer("qwen3")
     ids = _ids(tok, "🫨 你好 é")
     req = _build(tok, "Q:")
-    steps = []
-    for tid in ids:
+    for n, tid in enumerate(ids, 1):
         req.push(tid)
-        steps.append(req.take_step())
-    assert all(len(s) == 1 for s in steps)
-    assert "".join(s[0] for s in steps) == req.text == _decode(tok, "Q:", ids)
-    assert [s[0] for s in steps][:3] == ["", "", "🫨"]  # 🫨 is three Qwen3 ids
+        assert len(req.texts) == n
+    assert "".join(req.texts) == req.text == _decode(tok, "Q:", ids)
+    assert req.texts[:3] == ["", "", "🫨"]  # 🫨 is three Qwen3 ids
 
 
 def test_an_unknown_id_is_logged_not_raised(load_tokenizer, caplog):
@@ -237,7 +244,7 @@ def test_an_unknown_id_is_logged_not_raised(load_tokenizer, caplog):
     req = _build(tok, "Q:")
     with caplog.at_level(logging.WARNING, logger=_tgi_request.logger.name):
         assert req.push(10**9) is None
-    assert req.take_step() == [""] and "1000000000" in caplog.text
+    assert req.texts == [""] and "1000000000" in caplog.text
 
 
 def test_reasoning_can_be_stripped(load_tokenizer):
@@ -249,3 +256,73 @@ def test_reasoning_can_be_stripped(load_tokenizer):
     plain = _build(tok, "Q:")
     _run(plain, ids)
     assert plain.text == _decode(tok, "Q:", ids)
+
+
+# --- the step: each Generation gets its own request's texts ------------------------------
+
+
+class _StockCriteria:
+    """TGI's ``StoppingCriteria``'s shape (``utils/tokens.py``): the base the shim's subclasses."""
+
+    def __init__(self, max_new_tokens):
+        self.eos_token_ids = set()
+        self.stop_sequence_criterias = []
+        self.max_new_tokens = max_new_tokens
+        self.current_tokens = 0
+        self.current_output = ""
+        self.ignore_eos_token = False
+
+    def __call__(self, last_token, last_output):
+        self.current_tokens += 1
+        return (self.current_tokens >= self.max_new_tokens, None)
+
+
+@dataclasses.dataclass
+class _Tokens:  # TGI's models.types.Tokens, the fields rewrite reads
+    token_ids: list
+    texts: list
+    is_special: list
+
+
+@dataclasses.dataclass
+class _Generation:  # TGI's models.types.Generation, the fields rewrite reads
+    request_id: int
+    tokens: _Tokens
+    generated_text: object = None
+
+
+@pytest.mark.parametrize(
+    ("stock_at", "order"),
+    [
+        pytest.param(None, (0, 1, 2), id="all-ours-in-step"),
+        pytest.param(1, (0, 1, 2), id="a-stock-request-between"),
+        pytest.param(None, (2, 1, 0), id="as-many-out-of-step"),
+        pytest.param(None, (2, 0), id="out-of-step-and-one-missing"),
+        pytest.param(0, (2, 1), id="stock-first-and-out-of-step"),
+    ],
+)
+def test_each_generation_gets_its_own_requests_texts(stock_at, order, load_tokenizer):
+    from detok_plugin.integrations._tgi_step import criteria_class, prepare, rewrite
+
+    tok = load_tokenizer("qwen3")
+    cls = criteria_class(_StockCriteria, Settings(enabled=True))
+    prompts = [_ids(tok, p) for p in ("Q:", "你", "Say")]
+    outs = [_ids(tok, t) for t in ("🫨 ok", "好 é", " «ü»")]
+    criterias = [_StockCriteria(50) if k == stock_at else cls.from_stock(_StockCriteria(50), (), tok) for k in range(3)]
+    batch = types.SimpleNamespace(requests=[types.SimpleNamespace(id=10 + k) for k in range(3)],
+                                  stopping_criterias=criterias, all_input_ids=prompts)
+    sent = {k: [] for k in range(3)}
+    for t in range(max(map(len, outs))):
+        ours = prepare(batch, cls)
+        for k in range(3):
+            if t < len(outs[k]):
+                criterias[k](outs[k][t], "stock")
+        gens = [_Generation(10 + k, _Tokens([outs[k][t]], ["stock"], [False])) for k in order if t < len(outs[k])]
+        rewrite(gens, ours)
+        for g in gens:
+            sent[g.request_id - 10] += g.tokens.texts
+    for k in order:
+        if k == stock_at:
+            assert set(sent[k]) == {"stock"}  # TGI's own texts
+        else:
+            assert "".join(sent[k]) == _decode_ids(tok, prompts[k], outs[k])
