@@ -6,7 +6,7 @@ puts them in place. What one step does, for the requests whose criteria are ours
 
 1. :func:`prepare` (before the stock step): a request seen for the first time gets its
    stream, built from the prompt ids its batch holds; on failure it stays stock (logged
-   once). It returns the criteria of our requests, in the batch's order.
+   once). It returns ``{request id: criteria}`` for the step.
 2. The stock step calls the criteria once per id (several with speculation, stopping at
    the first that ends the request): the criteria is the request's :class:`RequestText`,
    which counts ``current_tokens`` as stock does and asks the stream whether the id ends
@@ -137,57 +137,45 @@ def prompt_of(batch: Any, i: int) -> list[int]:
     return flat
 
 
-def prepare(batch: Any, cls: Any) -> list[Any]:
-    """Step 1: build new requests' streams; our requests' criteria, in the batch's order.
+def prepare(batch: Any, cls: Any) -> dict[Any, Any]:
+    """Step 1: build new requests' streams; ``{request id: criteria}`` for ours.
 
-    The common step (every request ours and built) returns the batch's own list; a request
-    seen for the first time, or one that is stock, sends the step through the loop."""
-    criterias: list[Any] = batch.stopping_criterias
-    for criteria in criterias:
-        if criteria.__class__ is not cls or criteria.stream is None:
-            break
-    else:
-        return criterias  # TGI's step reads this list and leaves it as it is
-    ours = []
+    The common step (every request ours and built) is one comprehension; a request seen
+    for the first time, or one that is stock, sends the step through the loop."""
+    criterias = batch.stopping_criterias
+    ours = {c.detok_id: c for c in criterias if c.__class__ is cls and c.stream is not None}
+    if len(ours) == len(criterias):
+        return ours
+    criteria: Any
     for i, criteria in enumerate(criterias):
-        if criteria.__class__ is not cls:
+        if criteria.__class__ is not cls or not criteria.detok_pending:
             continue
-        if criteria.detok_pending:  # a request's first step
-            request_id = batch.requests[i].id
-            try:
-                prompt = prompt_of(batch, i)
-            except Exception as exc:
-                criteria.detok_pending = False
-                log("WARNING", f"detok-plugin: request {request_id} stays stock: no prompt ids ({exc!r})")
-                continue
-            criteria.detok_build(prompt, request_id)
+        request_id = batch.requests[i].id  # a request's first step
+        try:
+            prompt = prompt_of(batch, i)
+        except Exception as exc:
+            criteria.detok_pending = False
+            log("WARNING", f"detok-plugin: request {request_id} stays stock: no prompt ids ({exc!r})")
+            continue
+        criteria.detok_build(prompt, request_id)
         if criteria.stream is not None:
-            ours.append(criteria)
+            ours[request_id] = criteria
     return ours
 
 
-def rewrite(generations: list[Any], ours: list[Any]) -> None:
+def rewrite(generations: list[Any], ours: dict[Any, Any]) -> None:
     """Step 3: the core's texts into each of our requests' ``Generation``.
 
-    TGI's step makes at most one ``Generation`` per request, in the batch's order, so when
-    there are as many as there are of ours, the k-th is ours[k]'s (checked by its request
-    id); otherwise, or out of step, a ``Generation`` finds its criteria by request id.
-    ``is_special`` is rebuilt only where a special id carries text (rare: a special id's
-    own text is ``""``; it carries text only when releasing what was held), so most steps
-    keep TGI's list as it is."""
-    in_step = len(generations) == len(ours)
-    by_id = None
-    for k, generation in enumerate(generations):
-        criteria = ours[k] if in_step else None
-        if criteria is None or criteria.detok_id != generation.request_id:
-            if by_id is None:
-                by_id = {c.detok_id: c for c in ours}
-            criteria = by_id.get(generation.request_id)
-            if criteria is None:
-                continue  # a stock request
-        if criteria.stream is None:
-            continue  # it went stock during the step
-        texts = criteria.texts[criteria.sent:]  # this step's
+    A request's texts for this step are those its criteria took since the last step
+    (``texts[sent:]``). ``is_special`` is rebuilt only where a special id carries text
+    (rare: a special id's own text is ``""``; it carries text only when releasing what was
+    held), so most steps keep TGI's list as it is."""
+    get = ours.get
+    for generation in generations:
+        criteria = get(generation.request_id)
+        if criteria is None or criteria.stream is None:
+            continue
+        texts = criteria.texts[criteria.sent:]
         criteria.sent += len(texts)
         tokens = generation.tokens
         if len(texts) != len(tokens.token_ids):
@@ -210,7 +198,7 @@ def wrap_generate_token(stock: Callable[..., Any], cls: type) -> Callable[..., A
             ours = prepare(batch, cls)
         except Exception as exc:
             log("ERROR", f"detok-plugin: {exc!r} before a step; the step's texts are TGI's")
-            ours = []
+            ours = {}
         result = stock(self, batch, *args, **kwargs)
         if ours:
             try:
