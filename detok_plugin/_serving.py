@@ -42,7 +42,7 @@ from ._decoders import StreamDecoder
 from ._delta import Delta, FinishReason
 from ._errors import TokenIdError
 from ._state import DetokenizerState
-from ._tables import build_table
+from ._tables import build_table, learn_rest_text
 
 __all__ = ["ServingStream"]
 
@@ -91,7 +91,7 @@ class ServingStream:
     _vocab: tuple[str | None, ...] | None  # the reference's vocabulary (None: a hole)
     _size: int  # ids the reference takes: 0 <= id < _size
     _known: dict[int, str] | None  # the shared rest texts (TokenTable.rest_texts)
-    _quick: tuple[str | None, ...] | None
+    _quick: tuple[str | None, ...]  # the table's quick texts (empty on the generic path)
     _first: Callable[[str], object] | None
     _limit: int
     _stop_ids: frozenset[int]
@@ -144,9 +144,10 @@ class ServingStream:
         table = build_table(tokenizer)[0]
         first = state._first  # noqa: SLF001
         self._first = first
-        self._quick = table.quick_texts(skip_special_tokens) if table is not None else None
+        self._quick = ()
         self._known = None
         if table is not None:
+            self._quick = table.quick_texts(skip_special_tokens)
             pattern = first.__self__.pattern if first is not None else None  # type: ignore[attr-defined]
             self._known = table.rest_texts(skip_special_tokens, pattern)
         self._dec = state._dec  # noqa: SLF001
@@ -161,8 +162,8 @@ class ServingStream:
         if rest is not None and token_id.__class__ is int:  # not a bool, numpy or torch scalar
             # At rest (see the module docstring): the common token is one lookup.
             text = rest.get(token_id)
-            if text is None:
-                text = self._learn(token_id)
+            if text is None:  # an id not seen at rest yet, or one that never is
+                text = learn_rest_text(rest, self._quick, self._first, token_id)
             if (
                 text is not None
                 and len(self.token_ids) < self._limit
@@ -207,18 +208,6 @@ class ServingStream:
             self._caught_up()
         else:
             self._rest = self._known if dec.idle else None
-        return text
-
-    def _learn(self, token_id: int) -> str | None:
-        """An id not yet in the shared rest texts: its quick text when that holds no first
-        character of a stop (then it is added), else None."""
-        quick, known = self._quick, self._known
-        if quick is None or known is None or not 0 <= token_id < len(quick):
-            return None
-        text = quick[token_id]
-        if text is None or (self._first is not None and self._first(text) is not None):
-            return None
-        known[token_id] = text
         return text
 
     def push(self, ids: int | Sequence[int]) -> Delta:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Family", "TokenTable", "build_table", "decode_with_table", "eos_token_ids_of", "surrogate_prefix"]
+__all__ = ["Family", "TokenTable", "build_table", "decode_with_table", "eos_token_ids_of", "learn_rest_text", "surrogate_prefix"]
 
 Family = Literal["byte_level", "sentencepiece", "generic"]
 
@@ -107,6 +107,22 @@ class TokenTable:
                     base[i] = ""
             got = self._quick.setdefault(skip_special_tokens, tuple(base))
         return got
+
+
+def learn_rest_text(
+    known: dict[int, str], quick: tuple[str | None, ...], first: Callable[[str], object] | None, token_id: int
+) -> str | None:
+    """``token_id``, not yet in ``known`` (a dict of :meth:`TokenTable.rest_texts`, whose
+    ``quick_texts`` are ``quick``): its quick text when that holds no character ``first``
+    finds (the stops' or a mode's first characters; None: there are none), added to
+    ``known``; else None. The one rule every at-rest shortcut fills its dict by
+    (``ServingStream``, and the chat layer's per-mode ``RestTexts``)."""
+    if not 0 <= token_id < len(quick) or (text := quick[token_id]) is None:
+        return None
+    if first is not None and first(text) is not None:
+        return None
+    known[token_id] = text
+    return text
 
 
 def _standalone(piece: bytes | None) -> str | None:

@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from detok_plugin import DetokenizerState, TagSet, TokenIdError, build_table
+from detok_plugin._tables import learn_rest_text
 
 __all__ = ["REASONING_TAGS_KEY", "TOOL_TAGS_KEY", "ReasoningAwareStream", "RestTexts", "stream_tags"]
 
@@ -104,15 +105,9 @@ class RestTexts:
 
     def learn(self, mode: int, token_id: int) -> str | None:
         """An id not yet in the mode's dict: its quick text if that holds no first
-        character of the mode's patterns (then it is added), else None."""
-        quick = self._quick
-        if not 0 <= token_id < len(quick) or (text := quick[token_id]) is None:
-            return None
-        first = self._firsts[mode]
-        if first is not None and first(text) is not None:
-            return None
-        self.by_mode[mode][token_id] = text
-        return text
+        character of the mode's patterns (then it is added), else None (the table's rule,
+        ``learn_rest_text``, which ``ServingStream`` fills its dict by)."""
+        return learn_rest_text(self.by_mode[mode], self._quick, self._firsts[mode], token_id)
 
 
 class Step(NamedTuple):
