@@ -9,7 +9,8 @@ qwen3      ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` Hermes JSON
 hermes     (same as qwen3)
 deepseek_r1 ``<think>``/``</think>`` ``<｜tool▁calls▁begin｜>`` ...  DeepSeek call blocks
 deepseek_v31 (same as deepseek_r1)  (same as deepseek_r1)          ``NAME<｜tool▁sep｜>{args}``
-mistral    none                     ``[TOOL_CALLS]`` to the end      JSON list of calls
+mistral    none                     ``[TOOL_CALLS]`` to the end      JSON list, or ``NAME[ARGS]{..}``
+magistral  ``[THINK]``/``[/THINK]``   ``[TOOL_CALLS]`` to the end      (same as mistral)
 llama3     none                     ``<|python_tag|>`` to the end    JSON object
 qwen3_coder ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` ``<function=NAME>`` XML
 glm45      ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` ``NAME<arg_key>..`` XML
@@ -19,13 +20,25 @@ kimi_k2    ``<think>``/``</think>`` ``<|tool_calls_section_begin|>`` ``functions
 The XML formats (``_xml_calls``) write every value as text; ``parse_tool_body(...,
 tools=...)`` types the values from the request's tool schemas.
 
-``[TOOL_CALLS]`` and ``<|python_tag|>`` are control tokens that ``skip_special_tokens=True``
-removes from the text, so the stream also recognises them by token id.
+``[TOOL_CALLS]``, ``[THINK]``, ``[/THINK]`` and ``<|python_tag|>`` are control tokens that
+``skip_special_tokens=True`` removes from the text, so the stream also recognises them by
+token id.
+
+Mistral writes two layouts after ``[TOOL_CALLS]``. Before tokenizer v11 the body is a JSON
+list of ``{"name", "arguments"}`` objects; from v11 on (Mistral Small 3.1/3.2, Devstral,
+Magistral, Ministral) each call is ``NAME[ARGS]{json}``, and several calls follow each other,
+each after its own ``[TOOL_CALLS]``. A body without a close tag runs to the end of the
+stream, and a ``[TOOL_CALLS]`` inside it is body text (or, removed by
+``skip_special_tokens``, nothing), so the ``mistral`` format reads every call of a v11 reply
+from one body. vLLM picks the layout from the vocabulary (``[ARGS]`` in it means v11); the
+parse here has no tokenizer and picks it from the body: a body that begins with ``[`` or
+``{`` (but not ``[TOOL_CALLS]``) is the JSON list or a bare object, anything else is v11.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -70,6 +83,7 @@ _PRESETS = {
         "deepseek_v31", "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "deepseek_v31"
     ),
     "mistral": TagSet("mistral", None, None, "[TOOL_CALLS]", None, "mistral"),
+    "magistral": TagSet("magistral", "[THINK]", "[/THINK]", "[TOOL_CALLS]", None, "mistral"),
     "llama3": TagSet("llama3", None, None, "<|python_tag|>", None, "llama3"),
     "qwen3_coder": TagSet("qwen3_coder", "<think>", "</think>", "<tool_call>", "</tool_call>", "qwen3_xml"),
     "glm45": TagSet("glm45", "<think>", "</think>", "<tool_call>", "</tool_call>", "glm45"),
@@ -171,6 +185,47 @@ def _kimi_calls(body: str) -> list[tuple[str, str]]:
     return calls
 
 
+MISTRAL_CALLS = "[TOOL_CALLS]"
+MISTRAL_ARGS = "[ARGS]"
+#: One v11 call's head: an optional ``[TOOL_CALLS]`` (a call after the first; absent when
+#: ``skip_special_tokens`` removed it), the name, then ``[ARGS]`` or (``[ARGS]`` removed) the
+#: arguments' opening brace, as vLLM's ``mistral`` parser also accepts.
+MISTRAL_V11_HEAD = re.compile(r"\s*(?:\[TOOL_CALLS\]\s*)?([^\s\[\]{}]+)\s*(?:\[ARGS\]|(?=\{))")
+
+
+def _is_mistral_v11(body: str) -> bool:
+    """Which Mistral layout a body is in, from its first character (see the module docstring)."""
+    head = body.lstrip()
+    return head[:1] not in ("[", "{") or head.startswith(MISTRAL_CALLS)
+
+
+def mistral_v11_calls(body: str) -> list[tuple[str, str]]:
+    """Mistral v11+: ``NAME[ARGS]{args}``, then ``[TOOL_CALLS]NAME[ARGS]{args}`` per further
+    call. The arguments are kept as written (checked to be one JSON value; nothing after
+    ``[ARGS]`` is ``{}``, as vLLM's parser gives); text after the last call is malformed.
+
+    >>> mistral_v11_calls('get_weather[ARGS]{"city": "東京"}[TOOL_CALLS]get_time[ARGS]{}')
+    [('get_weather', '{"city": "東京"}'), ('get_time', '{}')]
+    """
+    calls, pos, decoder = [], 0, json.JSONDecoder()
+    while body[pos:].strip():
+        m = MISTRAL_V11_HEAD.match(body, pos)
+        if m is None:
+            raise ValueError(f"a Mistral tool call must be 'NAME[ARGS]{{...}}', not {body[pos:pos + 40]!r}")
+        pos = m.end()
+        while pos < len(body) and body[pos].isspace():
+            pos += 1
+        if pos == len(body) or body.startswith(MISTRAL_CALLS, pos):
+            calls.append((m.group(1), "{}"))
+            continue
+        _value, end = decoder.raw_decode(body, pos)
+        calls.append((m.group(1), body[pos:end]))
+        pos = end
+    if not calls:
+        raise ValueError("no call after [TOOL_CALLS]")
+    return calls
+
+
 def parse_tool_body(
     body: str, fmt: ToolFormat, *, tools: Sequence[Mapping[str, Any]] | None = None
 ) -> list[tuple[str, str]]:
@@ -193,6 +248,8 @@ def parse_tool_body(
         return glm45_calls(body, tools)
     if fmt == "qwen3_xml" and not body.lstrip().startswith("{"):
         return qwen3_xml_calls(body, tools)
+    if fmt == "mistral" and _is_mistral_v11(body):
+        return mistral_v11_calls(body)
     obj = json.loads(body)
     if fmt == "mistral":
         items = obj if isinstance(obj, list) else [obj]

@@ -21,7 +21,9 @@ Rules, so that what was sent is never wrong:
    sent; the caller then reports the raw text (see ``integrations/vllm_chat.py``).
 
 Formats: ``hermes`` (one object, ``arguments``), ``llama3`` (one object, ``parameters``),
-``mistral`` (a list of objects), ``deepseek`` (``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME``
+``mistral`` (a list of objects before tokenizer v11; from v11 on ``NAME[ARGS]`` then the JSON,
+once per call, the layout read from the body's first character as the core's parse reads
+it: ``detok_plugin._tags``), ``deepseek`` (``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME``
 then a fenced JSON block, once per call), ``deepseek_v31`` (``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>``
 then the JSON, once per call), ``kimi_k2`` (``<|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>``
 then the JSON, once per call). The XML formats have their own reader (``_xml_stream``).
@@ -43,7 +45,7 @@ from typing import Any, Literal, cast
 
 from detok_plugin.integrations._xml_stream import XmlBodyReader
 
-from detok_plugin._tags import kimi_name
+from detok_plugin._tags import MISTRAL_CALLS, MISTRAL_V11_HEAD, kimi_name
 
 __all__ = ["BodyReader", "Event", "reader_for"]
 
@@ -63,6 +65,8 @@ _KIMI_CALL = "<|tool_call_begin|>"
 _KIMI_ARGS = "<|tool_call_argument_begin|>"
 _KIMI_END = "<|tool_call_end|>"
 _JsonFormat = Literal["hermes", "llama3", "mistral", "deepseek", "deepseek_v31", "kimi_k2"]
+#: What the reader streams: a format, or ``mistral_v11`` once a ``mistral`` body shows that layout.
+_Layout = Literal["hermes", "llama3", "mistral", "mistral_v11", "deepseek", "deepseek_v31", "kimi_k2"]
 #: Formats whose arguments run raw between markers, and what ends them.
 _RAW_CLOSERS = {"deepseek": _DS_CLOSERS, "deepseek_v31": (_DS_END,), "kimi_k2": (_KIMI_END,)}
 
@@ -82,7 +86,7 @@ class BodyReader:
     __slots__ = ("fmt", "buf", "pos", "calls", "args", "done", "_depth", "_in_str", "_esc", "_open", "_key", "_dead")
 
     def __init__(self, fmt: _JsonFormat) -> None:
-        self.fmt = fmt
+        self.fmt: _Layout = fmt
         self.buf = ""
         self.pos = 0  # scanned up to here
         self.calls = 0
@@ -117,6 +121,8 @@ class BodyReader:
                 self._deepseek_v31_head(events)
             elif self.fmt == "kimi_k2":
                 self._kimi_head(events)
+            elif self.fmt == "mistral_v11":
+                self._mistral_v11_head(events)
             else:
                 self._json_head(events)
             if (self.pos, self.calls, self._open) == before:
@@ -128,6 +134,12 @@ class BodyReader:
     def _json_head(self, events: list[Event]) -> None:
         buf, pos = self.buf, self.pos
         if self.calls == 0 and self.fmt == "mistral":
+            layout = _mistral_layout(buf[pos:])
+            if layout == "v11":
+                self.fmt = "mistral_v11"
+                self._mistral_v11_head(events)
+            if layout != "json":
+                return  # read as v11 from now on, or the layout is not known yet
             m = re.compile(r"\s*\[").match(buf, pos)
             if m is None:
                 self._dead = bool(buf[pos:].strip())
@@ -188,7 +200,8 @@ class BodyReader:
             self.pos = start = pos
             if pos == len(buf):
                 return
-            if buf[pos] not in "{[":
+            # A v11 value is an object: a "[" there may be the next call's [TOOL_CALLS].
+            if buf[pos] not in ("{" if self.fmt == "mistral_v11" else "{["):
                 self._dead = True  # a string or scalar: sent whole at the end
                 return
         pos, self._depth, self._in_str, self._esc, closed = _scan_value(buf, pos, self._depth, self._in_str, self._esc)
@@ -262,6 +275,23 @@ class BodyReader:
         self.done.append(False)
         self._open = True
 
+    def _mistral_v11_head(self, events: list[Event]) -> None:
+        """Mistral v11+: ``NAME[ARGS]`` (after a ``[TOOL_CALLS]`` for a call after the first)
+        then the JSON; the name is known once ``[ARGS]`` (or the brace) follows it."""
+        buf = self.buf
+        m = MISTRAL_V11_HEAD.match(buf, self.pos)
+        if m is None:
+            if not _may_become_head(buf[self.pos :]):
+                self._dead = True
+            return
+        self.pos = m.end()
+        events.append((self.calls, m.group(1), ""))
+        self.calls += 1
+        self.args.append("")
+        self.done.append(False)
+        self._open = True
+        self._depth = 0
+
     def _deepseek_args(self, events: list[Event]) -> None:
         """The arguments of a raw format, sent as they come up to the format's closer."""
         buf, pos = self.buf, self.pos
@@ -304,6 +334,17 @@ def _scan_value(buf: str, pos: int, depth: int, in_str: bool, esc: bool) -> tupl
             if depth == 0:
                 return pos, depth, in_str, esc, True
     return pos, depth, in_str, esc, False
+
+
+def _mistral_layout(text: str) -> Literal["json", "v11", "unknown"]:
+    """A Mistral body's layout from its start (``_tags._is_mistral_v11``'s rule), or
+    ``unknown`` while the start may still become ``[TOOL_CALLS]``."""
+    head = text.lstrip()
+    if not head or (len(head) < len(MISTRAL_CALLS) and MISTRAL_CALLS.startswith(head)):
+        return "unknown"
+    if head[0] in "[{" and not head.startswith(MISTRAL_CALLS):
+        return "json"
+    return "v11"
 
 
 def _may_become_head(text: str) -> bool:

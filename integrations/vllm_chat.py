@@ -2,8 +2,8 @@
 
 ``--reasoning-parser detok_qwen3 --tool-call-parser detok_qwen3 --enable-auto-tool-choice``
 (or ``detok_hermes``, ``detok_deepseek_r1``, ``detok_deepseek_v31``, ``detok_qwen3_coder``,
-``detok_glm45``, ``detok_kimi_k2``, ``detok_gpt_oss``; tool calls only: ``detok_mistral``,
-``detok_llama3``) makes vLLM's chat layer split each request's output with one
+``detok_glm45``, ``detok_kimi_k2``, ``detok_magistral``, ``detok_gpt_oss``; tool calls only:
+``detok_mistral``, ``detok_llama3``) makes vLLM's chat layer split each request's output with one
 :class:`detok_plugin.DetokenizerState` with tags, fed the token ids vLLM passes:
 
 1. a tag spread over any number of tokens or steps never leaks into ``content`` and
@@ -67,9 +67,11 @@ PREFIX = "detok_"
 HARMONY = PREFIX + "gpt_oss"
 
 #: Tool formats whose body markers are special tokens of the family's tokenizer (Kimi K2's
-#: ``<|tool_call_begin|>`` ...): a request with tools keeps special tokens in its text, as
-#: vLLM's own ``kimi_k2`` tool parser sets it, or the body would lose its markers.
-KEEP_SPECIAL_TOKENS = frozenset({"kimi_k2"})
+#: ``<|tool_call_begin|>`` ..., Mistral's ``[TOOL_CALLS]`` and v11's ``[ARGS]``): a request
+#: with tools keeps special tokens in its text, as vLLM's own ``kimi_k2`` and ``mistral``
+#: parsers set it (``mistral`` for any Hugging Face tokenizer), or the body would lose its
+#: markers and the reply's text would differ from what vLLM's parser reads.
+KEEP_SPECIAL_TOKENS = frozenset({"kimi_k2", "mistral"})
 
 
 # --- the unified parser -------------------------------------------------------------
