@@ -14,6 +14,8 @@ vLLM's stock one, stops cut anywhere, and so here too (``stop_in_reasoning=True`
 from __future__ import annotations
 
 import logging
+import random
+import string
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -255,9 +257,22 @@ class Channels:
 
     def _new_id(self, name: str) -> str:
         state = self.parser._stream_state  # noqa: SLF001 (the Parser base's own state)
-        tool_id = make_tool_call_id(id_type=state.tool_call_id_type, func_name=name, idx=state.history_tool_call_cnt)
+        if self.tags.tool_format == "mistral":
+            tool_id = mistral_tool_id()
+        else:
+            tool_id = make_tool_call_id(id_type=state.tool_call_id_type, func_name=name, idx=state.history_tool_call_cnt)
         state.history_tool_call_cnt += 1
         return tool_id  # type: ignore[no-any-return]
+
+
+def mistral_tool_id() -> str:
+    """A Mistral tool call id: 9 random letters and digits, as vLLM's ``mistral`` parser
+    makes them (``MistralToolCall``); Mistral's chat templates refuse any other id when the
+    conversation comes back with the call in it."""
+    return "".join(random.choices(_ALPHANUMERIC, k=9))
+
+
+_ALPHANUMERIC = string.ascii_letters + string.digits
 
 
 _SCHEMA_TYPED = ("qwen3_xml", "glm45")

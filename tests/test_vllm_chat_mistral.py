@@ -154,6 +154,7 @@ def test_channels_join_to_the_split_decode(setup: str, step: int) -> None:
     assert seen.calls() == TWO
     ids = [tc.id for d in seen.deltas if d for tc in d.tool_calls if tc.id]
     assert len(ids) == len(set(ids)) == 2
+    assert all(len(i) == 9 and i.isalnum() for i in ids)  # Mistral's ids, as vLLM's parser makes them
 
 
 def test_magistral_tags_as_text_in_the_core() -> None:
