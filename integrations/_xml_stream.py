@@ -27,6 +27,15 @@ Rules, so that what was sent is always a prefix of the parse at the close
 [(0, 'get_weather', ''), (0, None, '{"city": "東')]
 >>> r.feed("京\\n</parameter>\\n</function>")
 [(0, None, '京"}')]
+
+Cost: ``feed(text)`` is O(len(text)) amortized plus the events it returns, however long the
+body, a value, or the text before a call or between parameters. A search that finds no tag
+resumes next time at the first place whose text may still grow into one (``_find``), not at
+the step's start; the reader keeps only the text still needed (``_trim``: a string value's
+unsent end and its last ``_HOLD_LT`` characters; a typed value, or GLM's name, in pieces
+joined at its close); a call's arguments are kept in pieces, joined when ``args`` is read.
+A tag still open at the end of a piece (``<function=`` and a name with no ``>`` yet) is
+searched again from its ``<``: that costs its own length per feed, as long as it stays open.
 """
 
 from __future__ import annotations
@@ -34,7 +43,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from itertools import groupby
+from typing import Any, Literal, NamedTuple
 
 from detok_plugin._xml_calls import coerce_value, properties_of, schema_types, trim_newlines
 
@@ -42,164 +52,258 @@ __all__ = ["XmlBodyReader"]
 
 Event = tuple[int, "str | None", str]
 
-_Q_FUNCTION = re.compile(r"<function=([^>]*)>")
-_Q_PARAM = re.compile(r"<\s*parameter\s*=\s*([^>]*)>")
-_Q_FUNC_END = re.compile(r"</function>|(?=<function=)")
-_Q_VALUE_END = re.compile(r"<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=)|(?=</function>)|(?=<function=)")
-_G_KEY = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>", re.DOTALL)
-_G_VALUE_END = re.compile(r"</arg_value>")
+
+class _Search(NamedTuple):
+    """A tag to find, and the end of a text that may still grow into one (``_tail``)."""
+
+    tag: re.Pattern[str]
+    tail: re.Pattern[str]
+
+
+def _tail(*tags: Sequence[str]) -> re.Pattern[str]:
+    """A text's end that is the start of one of ``tags``, each a sequence of regex atoms
+    (one character, or a starred class), as far as the text goes."""
+
+    def started(atoms: Sequence[str]) -> str:
+        return atoms[0] + "".join("(?:" + a for a in atoms[1:]) + ")?" * (len(atoms) - 1)
+
+    return re.compile("(?:" + "|".join(started(t) for t in tags) + r")\Z", re.DOTALL)
+
+
+def _chars(tag: str) -> list[str]:
+    return [re.escape(c) for c in tag]
+
+
+_WS = r"\s*"
+_PARAMETER = ["<", _WS, *_chars("parameter"), _WS]
+_Q_FUNCTION = _Search(re.compile(r"<function=([^>]*)>"), _tail([*_chars("<function="), "[^>]*"]))
+_Q_PARAM = _Search(re.compile(r"<\s*parameter\s*=\s*([^>]*)>"), _tail([*_PARAMETER, "=", _WS, "[^>]*"]))
+_Q_FUNC_END = _Search(re.compile(r"</function>|(?=<function=)"), _tail(_chars("</function>"), _chars("<function=")))
+_Q_VALUE_END = _Search(
+    re.compile(r"<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=)|(?=</function>)|(?=<function=)"),
+    _tail(["<", _WS, "/", _WS, *_chars("parameter"), _WS, ">"], [*_PARAMETER, "="], _chars("</function>"), _chars("<function=")),
+)
+_G_NAME_END = _Search(re.compile("<arg_key>"), _tail(_chars("<arg_key>")))
+_G_KEY = _Search(re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>", re.DOTALL), _tail([*_chars("<arg_key>"), ".*"]))
+_G_VALUE_END = _Search(re.compile(r"</arg_value>"), _tail(_chars("</arg_value>")))
 _HOLD_LT = 64  # a '<' this close to the end may still open a closing tag
+_TRIM_AT = 1024  # drop text no longer needed once there is this much (a copy per 1024 characters)
 
 
 class XmlBodyReader:
     """One XML tool-call body; ``feed(text)`` returns the events that text makes safe to
     send. ``calls``, ``args[k]`` and ``done[k]`` as in ``BodyReader``."""
 
-    __slots__ = ("fmt", "buf", "pos", "calls", "args", "done", "_tools", "_props", "_keys", "_value", "_dead")
+    __slots__ = (
+        "fmt", "calls", "done", "_buf", "_pos", "_scanned", "_kept", "_args",
+        "_tools", "_props", "_keys", "_value", "_opening", "_dead",
+    )  # fmt: skip
 
     def __init__(self, fmt: Literal["qwen3_xml", "glm45"], tools: Sequence[Mapping[str, Any]] | None) -> None:
         self.fmt = fmt
-        self.buf = ""
-        self.pos = 0
         self.calls = 0
-        self.args: list[str] = []
         self.done: list[bool] = []
+        self._buf = ""  # the text still needed (``_trim``)
+        self._pos = 0  # where the pending step's text starts in _buf (0 once trimmed past)
+        self._scanned = 0  # where its search resumes: no tag can start before
+        self._kept: list[str] = []  # its text trimmed from _buf that it still needs
+        self._args: list[list[str]] = []  # each call's arguments sent so far, in pieces
         self._tools = tools
         self._props: Mapping[str, Any] = {}
-        self._keys: list[str] = []  # the current call's keys so far
+        self._keys: set[str] = set()  # the current call's keys so far
         self._value: _Value | None = None  # the parameter value being read
+        self._opening: str | None = None  # the body's first non-blank character, once seen
         self._dead = False
 
-    def feed(self, text: str) -> list[Event]:
-        self.buf += text
-        events: list[Event] = []
-        while not self._dead:
-            before = self._mark()
-            if self._value is not None:
-                self._read_value(events)
-            elif self.calls and not self.done[-1]:
-                self._between_params(events)
-            else:
-                self._head(events)
-            if self._mark() == before:
-                break
-        return events
+    @property
+    def args(self) -> list[str]:
+        """Each call's ``arguments`` sent so far; joined on each read (read it at a close)."""
+        return ["".join(parts) for parts in self._args]
 
-    def _mark(self) -> tuple[int, int, int, bool]:
-        """Where the reader stands: unchanged after a step means it waits for more text."""
-        return self.pos, self.calls, len(self.args[-1]) if self.args else -1, self._value is None
+    def feed(self, text: str) -> list[Event]:
+        if self._dead:
+            return []  # the caller sends the rest from the parse at the close
+        if self._opening is None:
+            self._opening = text.lstrip()[:1] or None
+        self._buf += text  # short: _trim keeps only what is still needed
+        events: list[Event] = []
+        while not self._dead and self._step(events):
+            pass
+        self._trim()
+        return events if len(events) < 2 else _merged(events)
+
+    def _step(self, events: list[Event]) -> bool:
+        """Read what the buffer allows of one step; False when it waits for more text."""
+        if self._value is not None:
+            return self._read_value(self._value, events)
+        if self.calls and not self.done[-1]:
+            return self._between_params(events)
+        return self._head(events)
+
+    def _find(self, *searches: _Search) -> list[re.Match[str] | None]:
+        """Each search's first tag from where the last ones stopped. When none is found, the
+        next feed resumes at the first place whose text to the end may still grow into one."""
+        buf, start = self._buf, self._scanned
+        found = [s.tag.search(buf, start) for s in searches]
+        if not any(found):
+            no_lt = buf.find("<", start) < 0  # every tag starts with '<'
+            self._scanned = len(buf) if no_lt else min(_tail_start(s, buf, start) for s in searches)
+        return found
+
+    def _move(self, to: int) -> None:
+        """The next step starts at ``to`` (a search from there, nothing kept)."""
+        self._pos = self._scanned = to
+        self._kept = []
+
+    def _trim(self) -> None:
+        """Drop the text before what the pending step still needs: where its search resumes,
+        and for a string value its unsent text and last _HOLD_LT characters (``_safe_end``).
+        A typed value and GLM's name are read whole at their end: their text goes to _kept."""
+        value, cut = self._value, self._scanned
+        streaming = value if value is not None and value.types is None else None
+        if streaming is not None:
+            cut = min(cut, streaming.sent, len(self._buf) - _HOLD_LT)
+        if cut < _TRIM_AT:
+            return  # not yet worth a copy
+        if (value is not None and streaming is None) or (self.fmt == "glm45" and not self.calls):
+            self._kept.append(self._buf[self._pos : cut])
+        self._buf = self._buf[cut:]
+        # Past the step's start, _pos is 0: _safe_end's window (the last _HOLD_LT characters,
+        # which a cut always leaves) then starts inside _buf, as it did in the whole text.
+        self._pos = max(self._pos - cut, 0)
+        self._scanned -= cut
+        if streaming is not None:
+            streaming.sent -= cut
 
     # --- a call's name ----------------------------------------------------------------
 
-    def _head(self, events: list[Event]) -> None:
+    def _head(self, events: list[Event]) -> bool:
         if self.fmt == "glm45":
             if self.calls:
-                return  # one call per GLM body
-            at = self.buf.find("<arg_key>")
-            if at < 0:
-                return
-            name = self.buf[:at].strip()
-            self.pos = at
-        else:
-            if self.calls == 0 and self.buf.lstrip().startswith("{"):
-                self._dead = True  # a JSON body: sent whole at the close
-                return
-            m = _Q_FUNCTION.search(self.buf, self.pos)
+                return False  # one call per GLM body
+            [m] = self._find(_G_NAME_END)
             if m is None:
-                return
-            name = m.group(1).strip()
-            self.pos = m.end()
+                return False
+            name, end = ("".join(self._kept) + self._buf[self._pos : m.start()]).strip(), m.start()
+        else:
+            if self.calls == 0 and self._opening == "{":
+                self._dead = True  # a JSON body: sent whole at the close
+                return False
+            [m] = self._find(_Q_FUNCTION)
+            if m is None:
+                return False
+            name, end = m.group(1).strip(), m.end()
         if not name or "<" in name:
             self._dead = True
-            return
+            return False
         events.append((self.calls, name, ""))
         self.calls += 1
-        self.args.append("")
+        self._args.append([])
         self.done.append(False)
         self._props = properties_of(self._tools, name)
-        self._keys = []
+        self._keys = set()
+        self._move(end)
+        return True
 
     # --- between parameters -------------------------------------------------------------
 
-    def _between_params(self, events: list[Event]) -> None:
-        buf, pos = self.buf, self.pos
-        key_re = _G_KEY if self.fmt == "glm45" else _Q_PARAM
-        key = key_re.search(buf, pos)
-        end = _Q_FUNC_END.search(buf, pos) if self.fmt == "qwen3_xml" else None
+    def _between_params(self, events: list[Event]) -> bool:
+        if self.fmt == "glm45":
+            [key], end = self._find(_G_KEY), None
+        else:
+            key, end = self._find(_Q_PARAM, _Q_FUNC_END)
         if end is not None and (key is None or end.start() < key.start()):
             self._send(("}" if self._keys else "{}"), events)
             self.done[-1] = True
-            self.pos = end.end()
-            return
+            self._move(end.end())
+            return True
         if key is None:
-            return
+            return False
         name = key.group(1).strip() if self.fmt == "glm45" else key.group(1)
         if name in self._keys:
             self._dead = True  # the parse keeps the first place and the last value
-            return
+            return False
+        self._open_value(name, key.end(), events)
+        return True
+
+    def _open_value(self, name: str, at: int, events: list[Event]) -> None:
         prop = self._props.get(name)
         types = schema_types(prop) if isinstance(prop, Mapping) else {"string"}
         self._send(("{" if not self._keys else ", ") + json.dumps(name, ensure_ascii=False) + ": ", events)
-        self._keys.append(name)
-        self._value = _Value(key.end(), types if types != {"string"} else None)
+        self._keys.add(name)
+        self._move(at)
+        self._value = _Value(types if types != {"string"} else None, at, fresh=self.fmt == "qwen3_xml")
         if self._value.types is None:
             self._send('"', events)
-        self.pos = key.end()
 
     # --- one value ------------------------------------------------------------------------
 
-    def _read_value(self, events: list[Event]) -> None:
-        value = self._value
-        assert value is not None
-        buf = self.buf
-        end_re = _G_VALUE_END if self.fmt == "glm45" else _Q_VALUE_END
-        end = end_re.search(buf, value.start)
+    def _read_value(self, value: _Value, events: list[Event]) -> bool:
+        buf, pos = self._buf, self._pos
+        if value.fresh and len(buf) > pos:
+            value.fresh = False
+            value.sent += buf[pos] == "\n"  # a Qwen3 value's leading newline is markup
+        [end] = self._find(_G_VALUE_END if self.fmt == "glm45" else _Q_VALUE_END)
         if end is None:
             if value.types is None:
-                self._stream(buf[value.start : _safe_end(buf, value.start)], events)
-            return
-        raw = buf[value.start : end.start()]
-        text = raw if self.fmt == "glm45" else trim_newlines(raw)
+                self._stream(value, buf[value.sent : _safe_end(buf, pos)], events)
+            return False
         if value.types is None:
-            rest = text[value.sent :]
+            rest = buf[value.sent : end.start()]
+            if self.fmt == "qwen3_xml" and rest.endswith("\n"):
+                rest = rest[:-1]  # the parse trims the last newline
             self._send(json.dumps(rest, ensure_ascii=False)[1:-1] + '"', events)
         else:
+            raw = "".join(self._kept) + buf[pos : end.start()]
+            text = raw if self.fmt == "glm45" else trim_newlines(raw)
             self._send(json.dumps(coerce_value(text, value.types), ensure_ascii=False), events)
         self._value = None
-        self.pos = end.end()
+        self._move(end.end())
+        return True
 
-    def _stream(self, raw: str, events: list[Event]) -> None:
+    def _stream(self, value: _Value, piece: str, events: list[Event]) -> None:
         """Send the part of an open string value that the parse will keep."""
-        value = self._value
-        assert value is not None
-        if self.fmt == "qwen3_xml":
-            raw = raw[1:] if raw.startswith("\n") else raw  # the leading newline is markup
-            raw = raw[:-1] if raw.endswith("\n") else raw  # may be the trailing one
-        if len(raw) > value.sent:
-            self._send(json.dumps(raw[value.sent :], ensure_ascii=False)[1:-1], events)
-            value.sent = len(raw)
+        if self.fmt == "qwen3_xml" and piece.endswith("\n"):
+            piece = piece[:-1]  # may be the value's last newline, which the parse trims
+        if piece:
+            self._send(json.dumps(piece, ensure_ascii=False)[1:-1], events)
+            value.sent += len(piece)
 
     def _send(self, piece: str, events: list[Event]) -> None:
         if piece:
-            self.args[-1] += piece
-            k = self.calls - 1
-            if events and events[-1][0] == k and events[-1][1] is None:
-                events[-1] = (k, None, events[-1][2] + piece)  # one event per call and feed
-            else:
-                events.append((k, None, piece))
+            self._args[-1].append(piece)
+            events.append((self.calls - 1, None, piece))
 
 
 class _Value:
-    """A parameter value being read: where it starts in the buffer, its schema types
-    (None: a string, streamed), and how many of its characters were sent."""
+    """A parameter value being read: its schema types (None: a string, streamed), where
+    its unsent text starts in the buffer, and whether its first character is still to
+    come (a Qwen3 value drops a leading newline)."""
 
-    __slots__ = ("start", "types", "sent")
+    __slots__ = ("types", "sent", "fresh")
 
-    def __init__(self, start: int, types: set[str] | None) -> None:
-        self.start, self.types, self.sent = start, types, 0
+    def __init__(self, types: set[str] | None, sent: int, *, fresh: bool) -> None:
+        self.types, self.sent, self.fresh = types, sent, fresh
 
 
 def _safe_end(buf: str, start: int) -> int:
     """Where the text that cannot become a closing tag ends: before a '<' near the end."""
     lt = buf.rfind("<", max(start, len(buf) - _HOLD_LT))
     return len(buf) if lt < 0 or ">" in buf[lt:] else lt
+
+
+def _tail_start(search: _Search, buf: str, start: int) -> int:
+    """The first place from ``start`` whose text to the end may still grow into ``search``'s tag."""
+    tail = search.tail.search(buf, start)
+    return len(buf) if tail is None else tail.start()
+
+
+def _merged(events: list[Event]) -> list[Event]:
+    """One ``arguments`` event per call and feed: each run of pieces joined once."""
+    out: list[Event] = []
+    for (k, is_args), run in groupby(events, key=lambda e: (e[0], e[1] is None)):
+        if is_args:
+            out.append((k, None, "".join(e[2] for e in run)))
+        else:
+            out.extend(run)
+    return out

@@ -1,0 +1,196 @@
+"""The XML tool-call body reader (``integrations/_xml_stream.py``): what it sends at any
+chunking, and that reading a long body costs linear work.
+
+The oracle for what is sent: the reader's documented rules (the streamed arguments are a
+prefix of the parse at the close, ``detok_plugin._xml_calls`` through ``parse_tool_body``
+with the request's tools, and all of it for a call closed in the body), the same text fed
+whole, and golden events recorded from the reader before its linear rewrite (a156c98).
+The oracle for cost, without timing: the text handed to the reader's regex searches, and
+the longest string it holds, while 20,000 one-character pieces stream.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from detok_plugin.integrations import _xml_stream
+from detok_plugin.integrations._xml_stream import XmlBodyReader
+from hypothesis import given
+from hypothesis import strategies as st
+
+from detok_plugin import parse_tool_body
+
+PROPS = {"path": {"type": "string"}, "content": {"type": "string"}, "count": {"type": "integer"}, "options": {"type": "object"}}
+TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"properties": PROPS}}} for n in ("write_file", "read_file")]
+
+CODE = 'if a < b and c </ d:\n    x = "</param" + \'<parameter\' + "</parameter\\"" + "<b>"\n\n'
+BODIES = {
+    "qwen3_strings_and_typed": (
+        "qwen3_xml",
+        "<function=write_file>\n<parameter=path>\nsrc/a.py\n</parameter>\n"
+        f"<parameter=content>\n{CODE}\n</parameter>\n<parameter=count>\n42\n</parameter>\n"
+        '<parameter=options>\n{"mode": "w", "lines": [1, 2]}\n</parameter>\n</function>',
+    ),
+    "qwen3_two_calls": (
+        "qwen3_xml",
+        "\n<function=read_file>\n<parameter=path>\n東京/a.txt\n</parameter>\n</function>\n"
+        "<function=write_file>\n<parameter=content>\n\n\nline\n\n</parameter>\n<parameter=count>\n-3\n</parameter>\n</function>\n",
+    ),
+    "qwen3_key_twice": (
+        "qwen3_xml",
+        "<function=write_file>\n<parameter=path>\na\n</parameter>\n<parameter=path>\nb\n</parameter>\n</function>",
+    ),
+    "qwen3_json_body": ("qwen3_xml", '  {"name": "write_file", "arguments": {"path": "a", "count": 1}}'),
+    "glm45_strings_and_typed": (
+        "glm45",
+        "write_file\n<arg_key>path</arg_key>\n<arg_value>src/a.py</arg_value>\n"
+        f"<arg_key>content</arg_key>\n<arg_value>{CODE}</arg_valu!</arg_value>\n"
+        '<arg_key>count</arg_key>\n<arg_value>7</arg_value>\n<arg_key>options</arg_key>\n<arg_value>{"a": [1]}</arg_value>\n',
+    ),
+    "glm45_key_twice": (
+        "glm45",
+        "write_file\n<arg_key>path</arg_key>\n<arg_value>a</arg_value>\n<arg_key>path</arg_key>\n<arg_value>b</arg_value>\n",
+    ),
+}
+
+
+def _read(fmt: str, pieces: list[str]) -> tuple[XmlBodyReader, dict[int, str], dict[int, str]]:
+    """Feed ``pieces``; each call's streamed name, and its streamed arguments joined."""
+    reader = XmlBodyReader(fmt, TOOLS)  # type: ignore[arg-type]
+    names: dict[int, str] = {}
+    args: dict[int, str] = {}
+    for piece in pieces:
+        for k, name, text in reader.feed(piece):
+            if name is not None:
+                names[k] = name
+            args[k] = args.get(k, "") + text
+    return reader, names, args
+
+
+@given(st.sampled_from(sorted(BODIES)), st.lists(st.integers(0, 400), max_size=40))
+def test_any_chunking_streams_what_the_whole_body_does_and_a_prefix_of_the_parse(case: str, cuts: list[int]) -> None:
+    fmt, body = BODIES[case]
+    bounds = sorted(c for c in cuts if c <= len(body))
+    pieces = [body[a:b] for a, b in zip([0, *bounds], [*bounds, len(body)])]
+    reader, names, args = _read(fmt, pieces)
+    whole, whole_names, whole_args = _read(fmt, [body])
+    assert (names, args, reader.done) == (whole_names, whole_args, whole.done)
+    assert reader.args == [args[k] for k in range(reader.calls)]
+    want = parse_tool_body(body.strip(), fmt, tools=TOOLS)  # type: ignore[arg-type]
+    assert names == {k: n for k, (n, _) in enumerate(want) if k < reader.calls}
+    if case.endswith("_key_twice"):
+        # The first value went out before the second key showed; the parse keeps the last
+        # (rule 3: the reader stops there, and the chat layer logs the mismatch).
+        assert args == {0: '{"path": "a"'} and reader.feed("more") == []
+        return
+    for k in range(reader.calls):
+        assert want[k][1].startswith(args[k])
+        if reader.done[k]:
+            assert args[k] == want[k][1]
+
+
+def test_golden_events_per_piece() -> None:
+    """Each piece's events, as the reader before the rewrite returned them (a156c98)."""
+    body = BODIES["qwen3_strings_and_typed"][1]
+    pieces = [body[i : i + 37] for i in range(0, len(body), 37)]
+    reader = XmlBodyReader("qwen3_xml", TOOLS)  # type: ignore[arg-type]
+    assert [reader.feed(p) for p in pieces] == [
+        [(0, "write_file", "")],
+        [(0, None, '{"path": "src/a.py"')],
+        [(0, None, ', "content": "if a < b and c ')],
+        [(0, None, '</ d:\\n    x = \\"</param\\" + \'<parameter\' + \\"')],
+        [(0, None, '</parameter\\\\\\"\\" + \\"<b>\\"\\n\\n"')],
+        [(0, None, ', "count": 42')],
+        [(0, None, ', "options": ')],
+        [(0, None, '{"mode": "w", "lines": [1, 2]}}')],
+    ]
+    assert reader.done == [True]
+
+
+# --- linear work: no timing, the text the reader searches and holds -------------------------
+
+N = 20_000
+LINES = "for i in range(n):\n    if a[i] < b:\n        out.append('</p>')\n"
+
+
+def _long(n: int) -> str:
+    return (LINES * (n // len(LINES) + 1))[:n]
+
+
+JSON_VALUE = json.dumps({"lines": _long(N).splitlines()})
+LONG = {
+    "qwen3_string_value": ("qwen3_xml", f"<function=write_file>\n<parameter=content>\n{_long(N)}\n</parameter>\n</function>"),
+    "qwen3_typed_value": ("qwen3_xml", f"<function=write_file>\n<parameter=options>\n{JSON_VALUE}\n</parameter>\n</function>"),
+    "qwen3_text_before_the_call": (
+        "qwen3_xml",
+        f"{_long(N)}<function=write_file>\n<parameter=path>\na\n</parameter>\n</function>",
+    ),
+    "qwen3_text_between_parameters": (
+        "qwen3_xml",
+        f"<function=write_file>\n<parameter=path>\na\n</parameter>{_long(N)}<parameter=count>\n1\n</parameter>\n</function>",
+    ),
+    "glm45_string_value": ("glm45", f"write_file\n<arg_key>content</arg_key>\n<arg_value>{_long(N)}</arg_value>\n"),
+    "glm45_typed_value": ("glm45", f"write_file\n<arg_key>options</arg_key>\n<arg_value>{JSON_VALUE}</arg_value>\n"),
+    "glm45_long_name": ("glm45", f"{'write_file ' * (N // 11)}\n<arg_key>path</arg_key>\n<arg_value>a</arg_value>\n"),
+    "glm45_text_between_parameters": (
+        "glm45",
+        f"write_file\n<arg_key>path</arg_key>\n<arg_value>a</arg_value>{_long(N)}<arg_key>count</arg_key>\n<arg_value>1</arg_value>\n",
+    ),
+}
+
+
+class _CountingPattern:
+    """A compiled pattern that counts the characters each search is handed (from ``pos``)."""
+
+    def __init__(self, pattern: re.Pattern[str], count: list[int]) -> None:
+        self.pattern, self.count = pattern, count
+
+    def search(self, string: str, pos: int = 0) -> re.Match[str] | None:
+        self.count[0] += len(string) - pos
+        return self.pattern.search(string, pos)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pattern, name)
+
+
+def _count_searches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Wrap every compiled pattern of the module (alone or in a tuple) in a counter."""
+    count = [0]
+    for name, value in list(vars(_xml_stream).items()):
+        if isinstance(value, re.Pattern):
+            monkeypatch.setattr(_xml_stream, name, _CountingPattern(value, count))
+        elif isinstance(value, tuple) and any(isinstance(v, re.Pattern) for v in value):
+            wrapped = [_CountingPattern(v, count) if isinstance(v, re.Pattern) else v for v in value]
+            monkeypatch.setattr(_xml_stream, name, type(value)(*wrapped))
+    return count
+
+
+def _longest_text_held(reader: XmlBodyReader) -> int:
+    """The longest string among the reader's attributes (its buffer, whatever its name)."""
+    return max(len(v) for s in type(reader).__slots__ if isinstance(v := getattr(reader, s, None), str))
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c) for c in LONG])
+def test_a_long_body_in_one_character_pieces_is_searched_and_held_in_linear_work(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each character is handed to a search a bounded number of times (a search resumes
+    where the last stopped), and the reader holds a bounded string (about _TRIM_AT). The
+    reader at a156c98 searched from the step's start on every feed (2e8 to 4e8 characters
+    here, not 2e5) and held the whole body (20,000 characters, not 2,000)."""
+    fmt, body = LONG[case]
+    searched = _count_searches(monkeypatch)
+    reader = XmlBodyReader(fmt, TOOLS)  # type: ignore[arg-type]
+    held = 0
+    for ch in body:
+        reader.feed(ch)
+        held = max(held, _longest_text_held(reader))
+    assert searched[0] <= 10 * len(body), f"{searched[0]} characters searched for a body of {len(body)}"
+    assert held <= 2000, f"{held} characters held"
+    want = parse_tool_body(body.strip(), fmt, tools=TOOLS)  # type: ignore[arg-type]
+    assert reader.calls == 1 and want[0][1].startswith(reader.args[0])
+    if fmt == "qwen3_xml":
+        assert reader.args[0] == want[0][1]
