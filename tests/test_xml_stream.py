@@ -4,7 +4,7 @@ chunking, and that reading a long body costs linear work.
 The oracle for what is sent: the reader's documented rules (the streamed arguments are a
 prefix of the parse at the close, ``detok_plugin._xml_calls`` through ``parse_tool_body``
 with the request's tools, and all of it for a call closed in the body), the same text fed
-whole, and golden events recorded from the reader before its linear rewrite (a156c98).
+whole, and, piece by piece, what the rules allow (derived by hand).
 The oracle for cost, without timing: the text handed to the reader's regex searches, and
 the longest string it holds, while 20,000 one-character pieces stream.
 """
@@ -92,22 +92,22 @@ def test_any_chunking_streams_what_the_whole_body_does_and_a_prefix_of_the_parse
             assert args[k] == want[k][1]
 
 
-def test_golden_events_per_piece() -> None:
-    """Each piece's events, as the reader before the rewrite returned them (a156c98)."""
-    body = BODIES["qwen3_strings_and_typed"][1]
-    pieces = [body[i : i + 37] for i in range(0, len(body), 37)]
+def test_each_piece_sends_what_the_rules_allow_at_once() -> None:
+    """Per piece, derived by hand from the module's rules: a string value streams as it
+    forms, its possible last newline is held, text that may become the closing tag is held,
+    and a typed value goes whole at its close."""
     reader = XmlBodyReader("qwen3_xml", TOOLS)  # type: ignore[arg-type]
-    assert [reader.feed(p) for p in pieces] == [
-        [(0, "write_file", "")],
-        [(0, None, '{"path": "src/a.py"')],
-        [(0, None, ', "content": "if a < b and c ')],
-        [(0, None, '</ d:\\n    x = \\"</param\\" + \'<parameter\' + \\"')],
-        [(0, None, '</parameter\\\\\\"\\" + \\"<b>\\"\\n\\n"')],
-        [(0, None, ', "count": 42')],
-        [(0, None, ', "options": ')],
-        [(0, None, '{"mode": "w", "lines": [1, 2]}}')],
+    steps = [
+        ("<function=write_file>\n<parameter=path>\nsrc/a", [(0, "write_file", ""), (0, None, '{"path": "src/a')]),
+        (".py\n", [(0, None, ".py")]),  # the newline may be the value's last: held
+        ("</param", []),  # may be the closing tag: held
+        ("eter>\n<parameter=count>\n4", [(0, None, '", "count": ')]),  # an integer: held to its close
+        ("2\n</parameter>\n</function>", [(0, None, "42}")]),
     ]
+    for piece, events in steps:
+        assert reader.feed(piece) == events, piece
     assert reader.done == [True]
+    assert reader.args == ['{"path": "src/a.py", "count": 42}']
 
 
 # --- linear work: no timing, the text the reader searches and holds -------------------------
