@@ -88,7 +88,7 @@ class ServingStream:
     _rest: dict[int, str] | None  # _known while the reference is at rest, else None
     _feeds: bool  # the reference's boundary is at rest (the decoder may hold bytes)
     _dec: StreamDecoder  # the reference's decoder
-    _vocab: tuple[str | None, ...] | None  # the reference's vocabulary (None: a hole)
+    _vocab: Sequence[bytes | str | None] | None  # the table's pieces (None: a hole)
     _size: int  # ids the reference takes: 0 <= id < _size
     _known: dict[int, str] | None  # the shared rest texts (TokenTable.rest_texts)
     _quick: tuple[str | None, ...]  # the table's quick texts (empty on the generic path)
