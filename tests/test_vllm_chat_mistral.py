@@ -304,6 +304,12 @@ def _case(name: str) -> tuple[tuple[str | None, str], list[int]]:
         "mistral_space_before_the_name": lambda: (MISTRAL, enc(tok, "Ok.") + t_calls + body),
         "mistral_text_after_the_call": lambda: (MISTRAL, reply(tok, TWO[:1], thought=None) + enc(tok, " Done.")),
         "magistral_stop_inside_think": lambda: (MAGISTRAL, reply(tok, thought="Think. STOP is just a word here.")),
+        "magistral_call_inside_unclosed_think": lambda: (
+            MAGISTRAL, enc(tok, "[THINK]") + enc(tok, "Let me call it.") + reply(tok, TWO[:1], thought=None, said=""),
+        ),
+        "mistral_other_special_token_in_content": lambda: (
+            MISTRAL, enc(tok, "Ok.") + [tok.bos_token_id] + enc(tok, " Checking.") + reply(tok, TWO[:1], thought=None, said=""),
+        ),
     }
     names, out = cases[name]()
     return names, out
@@ -351,6 +357,12 @@ STOCK_DIFFERS = {
     "arguments stop at the brace, and the body, which is not a v11 call list, follows as content",
     "mistral_empty_arguments": "nothing after [ARGS]: vLLM streams the call with arguments '' (not "
     "JSON); detok sends '{}', as vLLM's non-streaming parse gives",
+    "magistral_call_inside_unclosed_think": "[TOOL_CALLS] inside a [THINK] never closed: detok keeps "
+    "it in the reasoning, as text (a tag opens only in content); vLLM ends the reasoning there and "
+    "makes the call",
+    "mistral_other_special_token_in_content": "a special token that is no tag (<s>) in a reply with "
+    "tools: detok's content shows its text, as the decode with special tokens kept does; vLLM's "
+    "parser drops it",
 }
 
 
@@ -366,6 +378,15 @@ def test_stock_differs(case: str) -> None:
         assert not stock.calls() and stock.joined("content") == "" and stock.finish_reason == "stop"
     elif case == "mistral_space_before_the_name":
         assert ours.calls() == [("get_weather", ARGS)] and stock.calls() == [(" get_weather", ARGS)]
+    elif case == "magistral_call_inside_unclosed_think":
+        assert ours.joined("reasoning") == decode(tok, out).removeprefix("[THINK]")
+        assert not ours.calls() and ours.joined("content") == ""
+        assert stock.joined("reasoning").strip() == "Let me call it." and stock.calls() == [("get_weather", ARGS)]
+    elif case == "mistral_other_special_token_in_content":
+        content = decode(tok, out).partition("[TOOL_CALLS]")[0]
+        assert "<s>" in content and ours.joined("content") == content
+        assert ours.calls() == stock.calls() == [("get_weather", ARGS)]
+        assert stock.joined("content") == content.replace("<s>", "")
     elif case == "mistral_empty_arguments":
         assert ours.calls() == [("get_weather", {})]
         assert "".join(streamed_args(stock.deltas)) == ""
