@@ -85,12 +85,12 @@ class ServingStream:
     token_ids: list[int]
     finish_reason: FinishReason | None
     stop_reason: str | int | None
-    _rest: dict[int, str] | None  # _known while the reference is at rest, else None
+    _rest: dict[int, str | None] | None  # _known while the reference is at rest, else None
     _feeds: bool  # the reference's boundary is at rest (the decoder may hold bytes)
     _dec: StreamDecoder  # the reference's decoder
     _vocab: Sequence[bytes | str | None] | None  # the table's pieces (None: a hole)
     _size: int  # ids the reference takes: 0 <= id < _size
-    _known: dict[int, str] | None  # the shared rest texts (TokenTable.rest_texts)
+    _known: dict[int, str | None] | None  # the shared rest texts (TokenTable.rest_texts)
     _quick: tuple[str | None, ...]  # the table's quick texts (empty on the generic path)
     _first: Callable[[str], object] | None
     _limit: int
@@ -162,7 +162,7 @@ class ServingStream:
         if rest is not None and token_id.__class__ is int:  # not a bool, numpy or torch scalar
             # At rest (see the module docstring): the common token is one lookup.
             text = rest.get(token_id)
-            if text is None:  # an id not seen at rest yet, or one that never is
+            if text is None and token_id not in rest:  # an id not seen at rest yet
                 text = learn_rest_text(rest, self._quick, self._first, token_id)
             if (
                 text is not None

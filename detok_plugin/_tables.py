@@ -60,7 +60,7 @@ class TokenTable:
     #: Whether some id below ``vocab_size`` has no piece (derived; checked once here).
     has_holes: bool = field(default=False, init=False, repr=False, compare=False)
     _quick: dict[bool, tuple[str | None, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _rest: dict[tuple[bool, str | None], dict[int, str]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _rest: dict[tuple[bool, str | None], dict[int, str | None]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "has_holes", None in self.pieces)
@@ -76,7 +76,7 @@ class TokenTable:
     def vocab_size(self) -> int:
         return len(self.pieces)
 
-    def rest_texts(self, skip_special_tokens: bool, first: str | None) -> dict[int, str]:
+    def rest_texts(self, skip_special_tokens: bool, first: str | None) -> dict[int, str | None]:
         """The ids seen so far whose quick text holds no character that ``first`` (the
         pattern of the stops' first characters, ``Matcher.first``; None without stops)
         matches, with that text: what leaves for such an id when nothing is held and no
@@ -110,17 +110,19 @@ class TokenTable:
 
 
 def learn_rest_text(
-    known: dict[int, str], quick: tuple[str | None, ...], first: Callable[[str], object] | None, token_id: int
+    known: dict[int, str | None], quick: tuple[str | None, ...], first: Callable[[str], object] | None, token_id: int
 ) -> str | None:
     """``token_id``, not yet in ``known`` (a dict of :meth:`TokenTable.rest_texts`, whose
     ``quick_texts`` are ``quick``): its quick text when that holds no character ``first``
-    finds (the stops' or a mode's first characters; None: there are none), added to
-    ``known``; else None. The one rule every at-rest shortcut fills its dict by
-    (``ServingStream``, and the chat layer's per-mode ``RestTexts``)."""
-    if not 0 <= token_id < len(quick) or (text := quick[token_id]) is None:
-        return None
-    if first is not None and first(text) is not None:
-        return None
+    finds (the stops' or a mode's first characters; None: there are none), else None;
+    recorded in ``known`` either way, so a reader asks again only for an id not in it
+    (``known.get(i)`` is None and ``i not in known``). The one rule every at-rest shortcut
+    fills its dict by (``ServingStream``, and the chat layer's per-mode ``RestTexts``)."""
+    if not 0 <= token_id < len(quick):
+        return None  # not recorded: the ids outside the table are unbounded
+    text = quick[token_id]
+    if text is not None and first is not None and first(text) is not None:
+        text = None
     known[token_id] = text
     return text
 

@@ -107,7 +107,7 @@ class Channels:
         self._rests = RestTexts.of(parser.model_tokenizer, self.state, skip) if streaming else None
         self._slow = self._rests.slow_ids if self._rests is not None else frozenset()
         self._ids = self.state.token_ids
-        self._rest: dict[int, str] | None = None
+        self._rest: dict[int, str | None] | None = None
         self._channel = CONTENT  # where the shortcut's text goes: CONTENT, REASONING or TOOL
         self._caught_up()
 
@@ -117,7 +117,7 @@ class Channels:
         rest = self._rest
         if rest is not None and not finished and len(ids) == 1 and (tid := ids[0]).__class__ is int:
             text = rest.get(tid)
-            if text is None:
+            if text is None and tid not in rest:  # an id not seen at rest in this mode yet
                 text = self._rests.learn(self.state._mode, tid)  # type: ignore[union-attr]  # noqa: SLF001
             if text is not None and tid not in self._slow:
                 self._ids.append(tid)

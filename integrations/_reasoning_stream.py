@@ -84,7 +84,7 @@ class RestTexts:
 
     __slots__ = ("by_mode", "_firsts", "_quick", "slow_ids")
 
-    def __init__(self, by_mode: tuple[dict[int, str], ...], firsts: tuple[Any, ...], quick: tuple[str | None, ...], slow_ids: frozenset[int]) -> None:
+    def __init__(self, by_mode: tuple[dict[int, str | None], ...], firsts: tuple[Any, ...], quick: tuple[str | None, ...], slow_ids: frozenset[int]) -> None:
         self.by_mode = by_mode
         self._firsts = firsts
         self._quick = quick
@@ -105,7 +105,7 @@ class RestTexts:
 
     def learn(self, mode: int, token_id: int) -> str | None:
         """An id not yet in the mode's dict: its quick text if that holds no first
-        character of the mode's patterns (then it is added), else None (the table's rule,
+        character of the mode's patterns, else None, recorded either way (the table's rule,
         ``learn_rest_text``, which ``ServingStream`` fills its dict by)."""
         return learn_rest_text(self.by_mode[mode], self._quick, self._firsts[mode], token_id)
 
@@ -143,7 +143,7 @@ class ReasoningAwareStream:
         self._rests = rest
         self._slow = rest.slow_ids if rest is not None else frozenset()
         self._mode = -1
-        self._rest: dict[int, str] | None = None
+        self._rest: dict[int, str | None] | None = None
         self._caught_up()
 
     @classmethod
@@ -172,7 +172,7 @@ class ReasoningAwareStream:
         if rest is not None and token_id.__class__ is int:  # not a bool, numpy or torch scalar
             # At rest (RestTexts): the common id is one lookup.
             text = rest.get(token_id)
-            if text is None:
+            if text is None and token_id not in rest:  # an id not seen at rest in this mode yet
                 text = self._rests.learn(self._mode, token_id)  # type: ignore[union-attr]
             if text is not None and token_id not in self._slow:
                 self._ids.append(token_id)
