@@ -134,7 +134,7 @@ class ByteLevelStream(StreamDecoder):
             self.idle = True
             return text
         tail = data[used:]
-        if surrogate_prefix(tail):
+        if tail[0] == 0xED and surrogate_prefix(tail):  # the call only for ED: most steps here hold a tail
             self._tail = b""
             self.idle = True
             return text + "\ufffd" * len(tail)
