@@ -193,7 +193,7 @@ MISTRAL_ARGS = "[ARGS]"
 MISTRAL_V11_HEAD = re.compile(r"\s*(?:\[TOOL_CALLS\]\s*)?([^\s\[\]{}]+)\s*(?:\[ARGS\]|(?=\{))")
 
 
-def _is_mistral_v11(body: str) -> bool:
+def is_mistral_v11(body: str) -> bool:
     """Which Mistral layout a body is in, from its first character (see the module docstring)."""
     head = body.lstrip()
     return head[:1] not in ("[", "{") or head.startswith(MISTRAL_CALLS)
@@ -248,7 +248,7 @@ def parse_tool_body(
         return glm45_calls(body, tools)
     if fmt == "qwen3_xml" and not body.lstrip().startswith("{"):
         return qwen3_xml_calls(body, tools)
-    if fmt == "mistral" and _is_mistral_v11(body):
+    if fmt == "mistral" and is_mistral_v11(body):
         return mistral_v11_calls(body)
     obj = json.loads(body)
     if fmt == "mistral":

@@ -45,7 +45,7 @@ from typing import Any, Literal, cast
 
 from detok_plugin.integrations._xml_stream import XmlBodyReader
 
-from detok_plugin._tags import MISTRAL_CALLS, MISTRAL_V11_HEAD, kimi_name
+from detok_plugin._tags import MISTRAL_CALLS, MISTRAL_V11_HEAD, is_mistral_v11, kimi_name
 
 __all__ = ["BodyReader", "Event", "reader_for"]
 
@@ -171,11 +171,16 @@ class BodyReader:
         except ValueError:
             self._dead = True
             return
+        self._new_call(name, events)
+        self._key = True
+
+    def _new_call(self, name: str, events: list[Event]) -> None:
+        """A call's name is known: send it, and read its arguments next (from their key in
+        the JSON formats, at once in the others)."""
         events.append((self.calls, name, ""))
         self.calls += 1
         self.args.append("")
         self.done.append(False)
-        self._key = True
         self._depth = 0
 
     def _args_key(self) -> None:
@@ -236,10 +241,7 @@ class BodyReader:
             self.pos = line + 1
         else:
             self.pos = fence.end()
-        events.append((self.calls, buf[sep + len(_DS_SEP) : line].strip(), ""))
-        self.calls += 1
-        self.args.append("")
-        self.done.append(False)
+        self._new_call(buf[sep + len(_DS_SEP) : line].strip(), events)
         self._open = True
 
     def _deepseek_v31_head(self, events: list[Event]) -> None:
@@ -250,10 +252,7 @@ class BodyReader:
         if sep < 0:
             return
         self.pos = sep + len(_DS_SEP)
-        events.append((self.calls, buf[at + len(_DS_CALL) : sep].strip(), ""))
-        self.calls += 1
-        self.args.append("")
-        self.done.append(False)
+        self._new_call(buf[at + len(_DS_CALL) : sep].strip(), events)
         self._open = True
 
     def _kimi_head(self, events: list[Event]) -> None:
@@ -269,10 +268,7 @@ class BodyReader:
             self._dead = True  # the parse at the close reports it
             return
         self.pos = sep + len(_KIMI_ARGS)
-        events.append((self.calls, name, ""))
-        self.calls += 1
-        self.args.append("")
-        self.done.append(False)
+        self._new_call(name, events)
         self._open = True
 
     def _mistral_v11_head(self, events: list[Event]) -> None:
@@ -285,12 +281,8 @@ class BodyReader:
                 self._dead = True
             return
         self.pos = m.end()
-        events.append((self.calls, m.group(1), ""))
-        self.calls += 1
-        self.args.append("")
-        self.done.append(False)
+        self._new_call(m.group(1), events)
         self._open = True
-        self._depth = 0
 
     def _deepseek_args(self, events: list[Event]) -> None:
         """The arguments of a raw format, sent as they come up to the format's closer."""
@@ -337,14 +329,12 @@ def _scan_value(buf: str, pos: int, depth: int, in_str: bool, esc: bool) -> tupl
 
 
 def _mistral_layout(text: str) -> Literal["json", "v11", "unknown"]:
-    """A Mistral body's layout from its start (``_tags._is_mistral_v11``'s rule), or
+    """A Mistral body's layout from its start (the core's rule, ``is_mistral_v11``), or
     ``unknown`` while the start may still become ``[TOOL_CALLS]``."""
     head = text.lstrip()
     if not head or (len(head) < len(MISTRAL_CALLS) and MISTRAL_CALLS.startswith(head)):
         return "unknown"
-    if head[0] in "[{" and not head.startswith(MISTRAL_CALLS):
-        return "json"
-    return "v11"
+    return "v11" if is_mistral_v11(head) else "json"
 
 
 def _may_become_head(text: str) -> bool:
