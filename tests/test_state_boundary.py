@@ -316,17 +316,15 @@ def _reference_stop(tok, prompt, out, stops, min_tokens, include):
     min_tokens); of those, the one that ends first (ties: list order). What showed by
     then: the settled text, and the characters of a SentencePiece byte run that the decode
     renders as they come (held until the run ends, but vLLM's own stream shows them), as
-    far as they agree with the full decode; not a trailing U+FFFD (an unfinished
+    far as they agree with ``decode(prompt + out[:k])``; not a trailing U+FFFD (an unfinished
     character), which vLLM's stream holds."""
-    full = expected(tok, prompt, out)
     shown = expected(tok, prompt, out[:min_tokens]).rstrip("\ufffd")
-    settled_by_min = (
-        max(len(settled(tok, prompt, out[:min_tokens], probe_ids(tok), False)), len(os.path.commonprefix([shown, full])))
-        if min_tokens
-        else 0
-    )
+    settled_min = len(settled(tok, prompt, out[:min_tokens], probe_ids(tok), False)) if min_tokens else 0
     for k in range(min_tokens + 1, len(out) + 1):
         text = expected(tok, prompt, out[:k])
+        # Agreement is with the decode of the ids up to k: ids after a stop are never
+        # generated, so they cannot re-render (as U+FFFD) what had shown.
+        settled_by_min = max(settled_min, len(os.path.commonprefix([shown, text]))) if min_tokens else 0
         best = None
         for rank, stop in enumerate(stops):
             start = text.find(stop)
@@ -521,3 +519,15 @@ def test_deepseek_r1_reasoning_and_tool_calls_on_the_real_tokenizer(load_tokeniz
     done = [c for d in ds for c in d.tool_calls if c.complete]
     assert [(c.name, json.loads(c.arguments)) for c in done] == [("get_weather", {"city": "北京"})]
     assert "".join(seg.text for seg in s.log()) == tok.decode(ids, skip_special_tokens=skip)
+
+
+def test_min_tokens_text_that_showed_is_judged_by_the_ids_taken(mistral_v1):
+    """<0x00> <0x00> and then <0x80>, which would make the whole byte run invalid (each
+    byte U+FFFD in the decode). With stop "\\x00" and min_tokens=1 the first NUL showed by
+    token 1 (vLLM's stream shows it), so the stop is the second NUL, at token 2: the ids
+    after it are never taken, so they cannot re-render the first (found by Hypothesis)."""
+    nul, bad = (mistral_v1.convert_tokens_to_ids(t) for t in ("<0x00>", "<0x80>"))
+    state = DetokenizerState.from_tokenizer(mistral_v1, stop=["\x00"], min_tokens=1, eos_token_ids=())
+    texts = [state.push_text(i) for i in (nul, nul)]
+    assert ("".join(texts), state.stop_reason, len(state.token_ids)) == ("\x00", "\x00", 2)
+    assert state.finished and _reference_stop(mistral_v1, [], [nul, nul, bad], ["\x00"], 1, False) == ("\x00", "\x00", 2)
