@@ -228,6 +228,13 @@ class Boundary:
             return
         self._take(self._unskip(self._dec.flush()), out)
 
+    def _held_may_stop_now(self) -> bool:
+        """What the decoder holds, rendered as final, may complete a stop (so a push that
+        leaves it held must ask ``_provisional_stop``): not while it can only be U+FFFD (a
+        byte-level tail), no stop has U+FFFD and no text that showed by ``min_tokens`` is
+        held."""
+        return bool(self._early) or self._cfg.fffd_stops or not self._dec.held_is_replacement
+
     def _held_hit(self, node: int) -> tuple[int, int] | None:
         """The match ``ac.scan(node, held)`` finds, where ``held`` is what the decoder
         holds rendered as final (less the prompt's skipped characters), or None.

@@ -360,11 +360,13 @@ class DetokenizerState(Router, Boundary):
         prompt to skip, without an ``Out`` when its text passes the boundary untouched."""
         self.token_ids.append(tid)
         text = self._dec.feed_one(tid)
-        if text and self._passes(text):
+        if self._passes(text):
+            self._settled()
+            if not text:  # most pieces of a split character
+                return ONE_EMPTY
             if self._keep_log:
                 self._log_text.append(text)
                 self._log_kind.append(self._mode)
-            self._settled()
             channel = self._channel()
             if channel == CONTENT:
                 return TEXT_DELTAS.get(text) or text_delta(text)
@@ -376,18 +378,16 @@ class DetokenizerState(Router, Boundary):
         return self._delta(out, 1)
 
     def _passes(self, text: str) -> bool:
-        """Nothing at the boundary can touch ``text``: it is content or reasoning, no
-        pattern is partly matched or can start in it, the length limit is not reached, and
-        nothing the decoder holds can complete a stop."""
-        ac = self._ac
-        limit = self._max_tokens
-        mode = self._mode
+        """Nothing at the boundary can touch ``text``: it is empty, or content or
+        reasoning; no pattern is partly matched or can start in it, the length limit is
+        not reached, and nothing the decoder holds can complete a stop."""
+        mode, ac, limit = self._mode, self._ac, self._max_tokens
         return (
-            mode != TOOL
+            (mode != TOOL or not text)
             and self._ac_state == 0
-            and (ac is None or ac.first.search(text) is None)
+            and (ac is None or not text or ac.first.search(text) is None)
             and (limit is None or len(self.token_ids) < limit)
-            and not (self._cfg.has_stops[mode] and self._dec.holds())
+            and not (self._cfg.has_stops[mode] and self._dec.holds() and self._held_may_stop_now())
         )
 
     def _settle(self, text: str, out: Out) -> None:

@@ -7,7 +7,7 @@ import os
 
 import pytest
 from helpers import MULTILINGUAL, expected, probe_ids, settled
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from detok_plugin import DetokenizerState, Segment, ServingStream, TagSet, TokenTable
@@ -389,6 +389,34 @@ def test_tags_any_chunking_same_channels_and_lossless_log(qwen3, data):
         assert log == full
     else:
         assert full.startswith(log) and log.endswith(one[-1].stop_reason)
+
+
+@given(data=st.data())
+def test_a_tagged_stream_pushed_id_by_id_cuts_stops_as_the_reference(qwen3, data):
+    """``push(id)`` on a stream with tags takes each id on its own path (``_push_one``),
+    which leaves a split character's pieces without the boundary while what the decoder
+    holds cannot complete a stop; with no tag in the text, its content, stop and ids are
+    the reference's, stops with U+FFFD (held bytes rendered as final) included."""
+    pieces = data.draw(st.lists(st.sampled_from(probe_ids(qwen3)[2:] + [[i] for i in range(3, 400)]), max_size=12))
+    ids = [i for chunk in pieces for i in chunk]
+    full = expected(qwen3, [], ids)
+    assume("<think>" not in full and "<tool_call>" not in full)
+    stops = data.draw(st.lists(st.sampled_from(["\ufffd", "a\ufffd", "\ufffd\ufffd", full[1:3] or "x", "\n\nUser:"]), max_size=3))
+    min_tokens = data.draw(st.integers(0, 3))
+    include = data.draw(st.booleans())
+    kw = dict(tags="qwen3", stop=stops, min_tokens=min_tokens, include_stop_str_in_output=include, eos_token_ids=())
+    state = DetokenizerState.from_tokenizer(qwen3, **kw)
+    deltas = []
+    for i in ids:
+        deltas.append(state.push(i))
+        if state.finished:
+            break
+    if not state.finished:
+        deltas.append(state.finish())
+    want_text, want_stop, want_k = _reference_stop(qwen3, [], ids, stops, min_tokens, include)
+    assert (joined(deltas), state.stop_reason, len(state.token_ids)) == (want_text, want_stop, want_k)
+    _, chunked = run(qwen3, ids, **kw)  # id by id through the checked path (_step)
+    assert [d.text for d in deltas] == [d.text for d in chunked]
 
 
 @given(data=st.data())
