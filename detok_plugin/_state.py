@@ -221,7 +221,7 @@ class DetokenizerState(Router, Boundary):
         self._early = ""
         # Text the decoder holds can complete a stop only if, rendered as final, it can
         # contain a stop's characters: never when it is all U+FFFD and no stop has one.
-        self._held_may_stop = cfg.has_stops[CONTENT] and (not opened.decoder.held_is_replacement or cfg.fffd_stops)
+        self._held_may_stop = cfg.has_stops[CONTENT] and self._held_may_stop_now()
         self._hot = self._may_be_hot()
 
     def _may_be_hot(self) -> bool:
