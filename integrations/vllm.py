@@ -55,6 +55,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from detok_plugin.integrations._reasoning_stream import ReasoningAwareStream, stream_tags
+from detok_plugin.integrations._vllm_handover import StockHandover
 
 from detok_plugin import ServingStream, TokenIdError
 
@@ -146,11 +147,14 @@ class VllmDetokenizer:
 
     ``output_token_ids`` is the ids vLLM keeps: every id of a step, the stop token included,
     or those up to the one that completed a stop string.
+
+    Nothing raises into vLLM's loop: should the stream raise anyway (a bug), the request is
+    handed over to vLLM's stock detokenizer, logged (``_vllm_handover``).
     """
 
     # What a step reads comes first.
     __slots__ = (
-        "_stream", "token_ids", "_unsent", "_pieces", "_text", "_folded", "_delta_from",
+        "_stream", "token_ids", "_stock", "_unsent", "_pieces", "_text", "_folded", "_delta_from",
         "_stop_terminated", "_closed", "_include_stop", "_tokenizer", "_request",
     )
 
@@ -189,13 +193,14 @@ class VllmDetokenizer:
         # never changed here; but for a stop token the stream is not fed, which goes on a
         # copy at the stream's end (see _update).
         self.token_ids: list[int] = self._stream.token_ids
+        self._stock: StockHandover | None = None  # set once the stream raised
         # DELTA: released since the last delta call. None on other kinds, which keep pieces
         # (so ``_unsent is not None`` is how the adapter tells a DELTA request).
         self._unsent: str | None = "" if delta else None
         self._pieces: list[str] = []  # not DELTA: every released piece
         self._text = ""  # not DELTA: the pieces folded so far
         self._folded = 0
-        self._delta_from = 0
+        self._delta_from = 0  # the characters delta calls returned so far
         self._stop_terminated = False  # whether a step said stop_terminated
         self._closed = False
 
@@ -268,10 +273,14 @@ class VllmDetokenizer:
            that completed it are dropped from ``output_token_ids``; the caller trims the
            step's own copy by comparing ``num_output_tokens()`` before and after.
         """
-        if not stop_terminated and len(new_token_ids) == 1:
+        if not stop_terminated and len(new_token_ids) == 1 and self._stock is None:
             # One id, no stop token: the stream's push_text (content only, no Delta built).
             stream = self._stream
-            text = stream.push_text(new_token_ids[0])
+            before = len(self.token_ids)
+            try:
+                text = stream.push_text(new_token_ids[0])
+            except Exception as exc:
+                return self._hand_over(exc, before, new_token_ids, stop_terminated)
             if text:
                 if self._unsent is not None:
                     self._unsent += text
@@ -283,9 +292,20 @@ class VllmDetokenizer:
         return self._update(new_token_ids, stop_terminated)
 
     def _update(self, new_token_ids: list[int], stop_terminated: bool) -> str | None:
-        """update() of a step with several ids or a stop token."""
+        """update() of a step with several ids or a stop token, or after a hand-over."""
+        if self._stock is not None:
+            stop = self._stock.update(new_token_ids, stop_terminated)
+            self.token_ids = self._stock.token_ids
+            return stop
         if not new_token_ids:
             return None
+        before = len(self.token_ids)
+        try:
+            return self._push(new_token_ids, stop_terminated)
+        except Exception as exc:
+            return self._hand_over(exc, before, new_token_ids, stop_terminated)
+
+    def _push(self, new_token_ids: list[int], stop_terminated: bool) -> str | None:
         self._stop_terminated = self._stop_terminated or stop_terminated
         unfed = stop_terminated and not self._include_stop
         fed = new_token_ids[:-1] if unfed else new_token_ids
@@ -313,15 +333,23 @@ class VllmDetokenizer:
         if finished or not delta or text is None:
             return self._output_text(finished, delta)
         self._unsent = ""  # the step of a live DELTA request: what vLLM streams
+        self._delta_from += len(text)
         return text
 
     def _output_text(self, finished: bool, delta: bool) -> str:
         if finished and not self._closed:
             self._closed = True
             if not self._stream.finished:  # a stop string closed it already otherwise
-                tail = self._stream.finish().text
+                try:
+                    tail = self._stream.finish().text
+                except Exception as exc:
+                    fed = len(self._stream.token_ids)  # all but a stop token not fed to it
+                    self._hand_over(exc, fed, self.token_ids[fed:], self._stop_terminated)
+                    tail = ""
                 if tail:
                     self._keep(tail)
+        if self._stock is not None:
+            return self._stock.text(finished, delta)
         text = self._unsent
         if text is not None:
             if not delta:
@@ -331,17 +359,43 @@ class VllmDetokenizer:
                 return self._replay() + text
             if text:
                 self._unsent = ""
+                self._delta_from += len(text)
             return text
-        pieces = self._pieces
-        if self._folded != len(pieces):
-            self._text += "".join(pieces[self._folded :])
-            self._folded = len(pieces)
+        self._fold()
         if not delta:
             return self._text
         # A delta call on a cumulative request (vLLM makes none): from where the last ended.
         start = self._delta_from
         self._delta_from = len(self._text)
         return self._text[start:]
+
+    def _fold(self) -> None:
+        pieces = self._pieces
+        if self._folded != len(pieces):
+            self._text += "".join(pieces[self._folded :])
+            self._folded = len(pieces)
+
+    def _hand_over(self, exc: Exception, before: int, new_token_ids: list[int], stop_terminated: bool) -> str | None:
+        """The stream raised: vLLM's stock detokenizer serves the rest of the request
+        (``_vllm_handover``), starting from the ids before the failing step, then that step.
+        Text the stream released stays released, vLLM not yet given it or not."""
+        _log_hand_over(self.request_id, exc)
+        self._fold()
+        if self._unsent is not None:  # DELTA: what was sent is not kept, only counted
+            released, pending = "", self._unsent
+        else:
+            released, pending = self._text, self._text[self._delta_from :]
+        self._unsent = None  # every later text call goes through _output_text
+        tokenizer, request = self._tokenizer, self._request
+        self._stock = StockHandover.start(
+            lambda: _stock_detokenizer(tokenizer, request),
+            self.token_ids[:before],
+            released=released,
+            pending=pending,
+            sent=self._delta_from + len(pending),
+            request_id=self.request_id,
+        )
+        return self._update(new_token_ids, stop_terminated)
 
     def _replay(self) -> str:
         """All text the delta calls returned so far, rebuilt from the ids: O(N), for the
@@ -352,6 +406,26 @@ class VllmDetokenizer:
         text = fresh.get_next_output_text(self._closed, delta=False)
         unsent = self._unsent or ""
         return text[: len(text) - len(unsent)] if unsent else text
+
+
+def _stock_detokenizer(tokenizer: Any, request: Any) -> Any:
+    """vLLM's own detokenizer for ``request``, whether or not the plugin is installed."""
+    from vllm.v1.engine.detokenizer import IncrementalDetokenizer
+
+    stock = _Patch.stock
+    if stock is None:  # not installed (an adapter built by hand), or uninstalled since
+        return IncrementalDetokenizer.from_new_request(tokenizer, request)
+    return stock.__func__(IncrementalDetokenizer, tokenizer, request)
+
+
+def _log_hand_over(request_id: str, exc: Exception) -> None:
+    logger.error(
+        "detok-plugin: request %s: the stream raised %r; vLLM's stock detokenizer serves the "
+        "rest of this request (please report this with the traceback)",
+        request_id,
+        exc,
+        exc_info=exc,
+    )
 
 
 def _log_unknown_id(exc: TokenIdError) -> None:
@@ -459,7 +533,11 @@ def _from_new_request(cls: Any, tokenizer: Any, request: Any) -> Any:
         # resumable (streaming-input) request keeps one detokenizer across several
         # finished chunks, which a DetokenizerState does not model: both stay stock.
         return _Patch.stock.__func__(cls, tokenizer, request)
-    return _Patch.adapter(tokenizer, request)
+    try:
+        return _Patch.adapter(tokenizer, request)
+    except Exception as exc:  # a bug: this request stays stock rather than fail
+        logger.error("detok-plugin: request %s stays stock: %r", request.request_id, exc, exc_info=exc)
+        return _Patch.stock.__func__(cls, tokenizer, request)
 
 
 def _startup_log(level: int, msg: str, *args: Any) -> None:
