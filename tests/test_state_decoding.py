@@ -172,6 +172,37 @@ def test_certainly_invalid_bytes_leave_at_once(qwen3):
     assert qwen3.decode([lone, lead, letter]) == "\ufffd\ufffda"
 
 
+def _outcome(push, token_id):
+    """What one push did: its text, or the error's type and message."""
+    try:
+        return push(token_id)
+    except Exception as exc:  # the comparison is of the errors themselves
+        return (type(exc), str(exc))
+
+
+@given(data=st.data())
+def test_incremental_detokenizer_pushes_as_the_states_push_text(real_tokenizer, data):
+    """``IncrementalDetokenizer.push`` takes ``push_text``'s shortcut with fewer checks
+    (``_plain_push``): id by id, the same text, ids and errors as ``push_text`` on the same
+    options, also for ids past the vocabulary, bools, prompts that end inside a character
+    (the first text skipped), and pushes after ``flush``."""
+    tok = real_tokenizer
+    table, _ = build_table(tok)
+    odd = st.sampled_from([-1, table.vocab_size, table.vocab_size + 5, True, 2**70])
+    any_id = st.one_of(_any_id(table), odd) if data.draw(st.booleans()) else _any_id(table)
+    prompt = data.draw(st.lists(_any_id(table), max_size=6))
+    out = data.draw(st.lists(any_id, max_size=24))
+    skip = data.draw(st.booleans())
+    plain = IncrementalDetokenizer(tok, prompt, skip_special_tokens=skip)
+    state = DetokenizerState.from_tokenizer(tok, prompt_ids=prompt, skip_special_tokens=skip, eos_token_ids=(), keep_log=False)
+    flush_at = data.draw(st.integers(0, len(out) + 1))
+    for k, tid in enumerate(out):
+        if k == flush_at:
+            assert plain.flush() == state.finish().text
+        assert _outcome(plain.push, tid) == _outcome(state.push_text, tid), (prompt, out[: k + 1])
+        assert plain._state.token_ids == state.token_ids
+
+
 def test_prompt_ending_mid_character(qwen3):
     """vLLM #48853: a prompt that ends inside a character must not leak prompt text."""
     ids = qwen3.encode("Hello world 🫨!", add_special_tokens=False)
