@@ -175,7 +175,11 @@ class RequestText:
         if stream.finish_reason is None and self.current_tokens < self.max_new_tokens:
             self.texts.append(text)
             return (False, None)
-        return (True, self._end(text))
+        try:
+            return (True, self._end(text))
+        except Exception as exc:  # finish() raised
+            self.current_tokens -= 1
+            return self._failed(exc, last_token, last_output)
 
     def push(self, token_id: int) -> int | None:
         """Take one id; ``None`` while the request goes on, else TGI's finish code."""

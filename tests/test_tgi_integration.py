@@ -326,3 +326,54 @@ def test_each_generation_gets_its_own_requests_texts(stock_at, order, load_token
             assert set(sent[k]) == {"stock"}  # TGI's own texts
         else:
             assert "".join(sent[k]) == _decode_ids(tok, prompts[k], outs[k])
+
+
+@pytest.mark.parametrize("verb", ["push_text", "finish"])
+def test_a_stream_that_raises_leaves_its_request_to_tgi_and_raises_nothing(verb, load_tokenizer, monkeypatch, caplog):
+    """A RuntimeError in TGI's step kills the shard: should a request's stream raise (a
+    bug), in the id-by-id ``push_text`` or in the ``finish`` that ends the request, the
+    criteria logs it and answers as TGI's own from then on, and that request's records keep
+    TGI's texts; the other request keeps the core's."""
+    from detok_plugin.integrations._tgi_step import criteria_class, prepare, rewrite
+
+    from detok_plugin import ServingStream
+
+    tok = load_tokenizer("qwen3")
+    outs = [_ids(tok, "🫨 ok 你好"), _ids(tok, "好 é «ü»")]
+    prompts = [_ids(tok, "Q:"), _ids(tok, "Say")]
+    fault_at = 3 if verb == "push_text" else len(outs[0])  # finish runs on the last id
+    real = getattr(ServingStream, verb)
+    calls = []
+
+    def faulty(stream, *args):
+        if stream.request_id == "10":
+            calls.append(args)
+            if len(calls) == (fault_at if verb == "push_text" else 1):
+                raise RuntimeError("injected")
+        return real(stream, *args)
+
+    monkeypatch.setattr(ServingStream, verb, faulty)
+    cls = criteria_class(_StockCriteria, Settings(enabled=True))
+    criterias = [cls.from_stock(_StockCriteria(len(o)), (), tok) for o in outs]
+    batch = types.SimpleNamespace(requests=[types.SimpleNamespace(id=10 + k) for k in range(2)],
+                                  stopping_criterias=criterias, all_input_ids=prompts)
+    sent, ends = {0: [], 1: []}, {}
+    with caplog.at_level(logging.ERROR, logger=_tgi_request.logger.name):
+        for t in range(max(map(len, outs))):
+            ours = prepare(batch, cls)
+            gens = []
+            for k in range(2):
+                if t < len(outs[k]):
+                    stop, _ = criterias[k](outs[k][t], "stock")
+                    if stop:
+                        ends[k] = t
+                    gens.append(_Generation(10 + k, _Tokens([outs[k][t]], ["stock"], [False])))
+            rewrite(gens, ours)
+            for g in gens:
+                sent[g.request_id - 10] += g.tokens.texts
+    assert ends == {0: len(outs[0]) - 1, 1: len(outs[1]) - 1}  # both end where TGI's counters say
+    assert "request 10: RuntimeError('injected'); it goes on with TGI's stock text" in caplog.text
+    cut = fault_at - 1
+    assert sent[0][cut:] == ["stock"] * (len(outs[0]) - cut)  # TGI's own texts from the fault on
+    assert "".join(sent[0][:cut]) == _decode_ids(tok, prompts[0], outs[0][:cut]).rstrip("\ufffd")
+    assert "".join(sent[1]) == _decode_ids(tok, prompts[1], outs[1])
