@@ -62,7 +62,7 @@ def _plain_push(state: DetokenizerState) -> Callable[[int], str]:
     takes the shortcut's ids (the state live with nothing of the prompt to skip, ``_hot``; an
     int id in the table) with those checks dropped, and hands every other id to
     ``push_text`` itself, which raises on a bad id or a finished stream. Per id on Qwen3's
-    emoji stream, where most ids are pieces of a split character: about 0.55x of the time
+    emoji stream, where most ids are pieces of a split character: about 0.6x of the time
     ``push_text`` takes (docs/benchmarks.md).
     """
     checked = state.push_text
