@@ -337,18 +337,9 @@ class VllmDetokenizer:
         return text
 
     def _output_text(self, finished: bool, delta: bool) -> str:
-        if finished and not self._closed:
-            self._closed = True
-            if not self._stream.finished:  # a stop string closed it already otherwise
-                try:
-                    tail = self._stream.finish().text
-                except Exception as exc:
-                    fed = len(self._stream.token_ids)  # all but a stop token not fed to it
-                    self._hand_over(exc, fed, self.token_ids[fed:], self._stop_terminated)
-                    tail = ""
-                if tail:
-                    self._keep(tail)
-        if self._stock is not None:
+        if finished and not self._closed and self._stock is None:
+            self._close()
+        if self._stock is not None:  # handed over: the stream is not called again
             return self._stock.text(finished, delta)
         text = self._unsent
         if text is not None:
@@ -368,6 +359,20 @@ class VllmDetokenizer:
         start = self._delta_from
         self._delta_from = len(self._text)
         return self._text[start:]
+
+    def _close(self) -> None:
+        """Release what the stream holds at the end (a stop string closed it already, or not)."""
+        self._closed = True
+        if self._stream.finished:
+            return
+        try:
+            tail = self._stream.finish().text
+        except Exception as exc:
+            fed = len(self._stream.token_ids)  # all but a stop token not fed to it
+            self._hand_over(exc, fed, self.token_ids[fed:], self._stop_terminated)
+            return
+        if tail:
+            self._keep(tail)
 
     def _fold(self) -> None:
         pieces = self._pieces

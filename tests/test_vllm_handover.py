@@ -100,12 +100,14 @@ def test_a_stream_that_raises_hands_its_request_to_stock_and_the_loop_goes_on(na
         caplog.at_level(logging.ERROR, logger=shim.logger.name),
         detokenizer(plugin=True),
         faults(mp, "push_text", at, after=after) as calls,
+        faults(mp, "finish", {}, after=False) as finished,
     ):
         seqs = replay(vllm_tokenizer(name), reqs, kind=kind, step=step)
     stock = stock_run(name, reqs, kind=kind, step=step)
     failed = [i for i in range(len(reqs)) if f"r{i}" in at and calls.get(f"r{i}", 0) >= at[f"r{i}"]]
     assert len(failed) >= len(at) - 1  # a request that stops early may end before its fault
     for i in failed:
+        assert f"r{i}" not in finished  # a stream that raised is not called again
         assert_handed_over(name, reqs[i], seqs[i][0], stock[i][0])
         assert f"request r{i}: the stream raised Injected" in caplog.text
     assert caplog.text.count("Traceback") == len(failed)  # the bug report
