@@ -10,6 +10,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+#: A sitecustomize for a test server's PYTHONPATH (test_vllm_engine_handover.py), not tests.
+collect_ignore = ["fault_site"]
+
 import tokenizer_zoo  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 

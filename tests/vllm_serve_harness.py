@@ -17,7 +17,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,9 @@ MODEL = "smollm2"
 
 class Server:
     """One ``scripts/vllm_serve.sh MODE [ARGS]`` process on a free port of 127.0.0.1
-    (``args``: more ``vllm serve`` options)."""
+    (``args``: more ``vllm serve`` options; ``env``: more environment variables)."""
 
-    def __init__(self, mode: str, log: Path, args: Sequence[str] = ()) -> None:
+    def __init__(self, mode: str, log: Path, args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> None:
         import openai
 
         self.mode = mode
@@ -41,8 +41,10 @@ class Server:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
+        extra = env or {}
         env = {k: v for k, v in os.environ.items() if k not in ("DETOK_PLUGIN", "VLLM_PLUGINS")}
         env["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
+        env.update(extra)
         self.proc = subprocess.Popen(
             ["bash", str(ROOT / "scripts" / "vllm_serve.sh"), mode, "--port", str(self.port), *args],
             stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True,

