@@ -14,13 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from vllm_serve_harness import ENGINE_VENV, Server
+from vllm_serve_harness import Server, require_engine
 
 pytestmark = pytest.mark.vllm_engine
 
-if not (ENGINE_VENV / "bin" / "python").exists():
-    pytest.skip(f"no vLLM engine venv at {ENGINE_VENV}: run scripts/setup_vllm_engine.sh", allow_module_level=True)
-openai = pytest.importorskip("openai")
+openai = require_engine()
 
 ANSWER = "Let me check the weather in 東京. "
 NOTE = "a long note about the weather in 東京, written over many tokens"

@@ -20,17 +20,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from vllm_serve_harness import ENGINE_VENV, Server, Streamed, expected_text, late_characters, stream
+from vllm_serve_harness import Server, Streamed, expected_text, late_characters, require_engine, stream
 
 pytestmark = pytest.mark.vllm_engine
 
-if not (ENGINE_VENV / "bin" / "python").exists():
-    pytest.skip(
-        f"no vLLM engine venv at {ENGINE_VENV}: run scripts/setup_vllm_engine.sh "
-        "(scripts/test.sh does)",
-        allow_module_level=True,
-    )
-pytest.importorskip("openai")
+require_engine()
 
 START_TIMEOUT_S = 420
 PROMPTS = {

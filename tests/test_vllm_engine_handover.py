@@ -17,17 +17,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from vllm_serve_harness import ENGINE_VENV, Server, expected_text, stream
+from vllm_serve_harness import Server, expected_text, require_engine, stream
 
 pytestmark = pytest.mark.vllm_engine
 
-if not (ENGINE_VENV / "bin" / "python").exists():
-    pytest.skip(
-        f"no vLLM engine venv at {ENGINE_VENV}: run scripts/setup_vllm_engine.sh "
-        "(scripts/test.sh does)",
-        allow_module_level=True,
-    )
-pytest.importorskip("openai")
+require_engine()
 
 FAULT_AT = 5
 START_TIMEOUT_S = 420

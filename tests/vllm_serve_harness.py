@@ -26,6 +26,19 @@ ENGINE_VENV = Path(os.environ.get("DETOK_VLLM_VENV", ROOT / ".venv-vllm"))
 MODEL = "smollm2"
 
 
+def require_engine() -> Any:
+    """At a test module's top: skip it where the engine venv or the ``openai`` client is
+    missing (scripts/test.sh sets both up); otherwise the ``openai`` module."""
+    import pytest
+
+    if not (ENGINE_VENV / "bin" / "python").exists():
+        pytest.skip(
+            f"no vLLM engine venv at {ENGINE_VENV}: run scripts/setup_vllm_engine.sh (scripts/test.sh does)",
+            allow_module_level=True,
+        )
+    return pytest.importorskip("openai")
+
+
 # --- servers -------------------------------------------------------------------------
 
 
