@@ -48,10 +48,12 @@ class StockHandover:
         self._request_id = request_id
 
     @classmethod
-    def start(cls, build: Callable[[], Any], ids: Sequence[int], **released: Any) -> StockHandover:
+    def start(
+        cls, build: Callable[[], Any], ids: Sequence[int], *, released: str, pending: str, sent: int, request_id: str
+    ) -> StockHandover:
         """Build stock's detokenizer and feed it ``ids`` (the stream's ids before the
         failing step); a failure leaves the request with no more text (step 3)."""
-        self = cls(None, **released)
+        self = cls(None, released=released, pending=pending, sent=sent, request_id=request_id)
         try:
             self._stock = build()
             if ids:
