@@ -169,15 +169,11 @@ class RequestText:
         self.current_tokens += 1
         try:
             text = stream.push_text(last_token if last_token.__class__ is int else int(last_token))
-        except Exception as exc:
-            self.current_tokens -= 1
-            return self._failed(exc, last_token, last_output)
-        if stream.finish_reason is None and self.current_tokens < self.max_new_tokens:
-            self.texts.append(text)
-            return (False, None)
-        try:
-            return (True, self._end(text))
-        except Exception as exc:  # finish() raised
+            if stream.finish_reason is None and self.current_tokens < self.max_new_tokens:
+                self.texts.append(text)
+                return (False, None)
+            return (True, self._end(text))  # the stream's finish() runs here
+        except Exception as exc:  # from the stream: this id is not counted
             self.current_tokens -= 1
             return self._failed(exc, last_token, last_output)
 
