@@ -7,7 +7,7 @@
     ends with the U+FFFD count of each. Reasoning (with ``--tags``) and progress go to stderr.
 
 ``detok-plugin verify``
-    Runs the multilingual prompt set at ``--batch`` and checks every sequence (``verify.py``);
+    Runs the multilingual prompt set (``--prompts N``: repeated to N) at ``--batch`` and checks every sequence (``verify.py``);
     prints throughput, model time per step and the detokenizer's time per token and share.
     Exit status 1 when a check fails; ``--json`` prints one JSON object instead.
 
@@ -188,10 +188,16 @@ def _dim(text: str, stream: IO[str]) -> str:
 
 
 def _verify(args: argparse.Namespace, settings: Any) -> int:
+    from .prompts import VERIFY_PROMPTS
     from .verify import run_verify
 
+    if args.prompts is not None and args.prompts < 1:
+        raise ValueError(f"--prompts must be at least 1, got {args.prompts}")
+    count = len(VERIFY_PROMPTS) if args.prompts is None else args.prompts
+    # The set, repeated to --prompts (a batch of 256 needs 256 rows): sampling makes repeats differ.
+    prompts = [VERIFY_PROMPTS[i % len(VERIFY_PROMPTS)] for i in range(count)]
     runner = _load(args, quiet=args.json)
-    report = run_verify(runner, settings, batch=args.batch, warmup=True)
+    report = run_verify(runner, settings, batch=args.batch, prompts=prompts, warmup=True)
     if args.json:
         print(json.dumps(report.as_dict(), ensure_ascii=False, indent=2))
         return 0 if report.ok else 1
@@ -313,6 +319,8 @@ def _parser() -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", parents=[common], help="check a multilingual batch: stream == decode",
                             description="Run the multilingual prompt set at batch B and check every sequence.")
     verify.add_argument("--batch", type=int, default=4, metavar="B", help="prompts generated at once (default 4)")
+    verify.add_argument("--prompts", type=int, default=None, metavar="N",
+                        help="run N prompts: the multilingual set (8) repeated; default the set once")
     verify.add_argument("--json", action="store_true", help="print one JSON object for machines")
     verify.add_argument("--max-new-tokens", type=int, default=32)
     verify.set_defaults(func=_verify)

@@ -94,10 +94,13 @@ def select_device(name: str = "auto") -> torch.device:
         raise DeviceError(f"--device {name!r} is not a torch device ({exc})") from exc
 
 
-def select_dtype(name: str, device: torch.device) -> torch.dtype:
-    """``auto`` is float32 on CPU (fast there, and exact enough), bfloat16 on CUDA when supported."""
+def select_dtype(name: str, device: torch.device, *, gguf: bool = False) -> torch.dtype:
+    """``auto`` is float32 on CPU (fast there, and exact enough), bfloat16 on CUDA when
+    supported, and float32 for a GGUF file everywhere: transformers keeps a GGUF's weights
+    packed and computes in float32, so any other dtype casts every matmul's input and output
+    (and says so in a warning), while the weights stay quantized whatever the dtype."""
     if name == "auto":
-        if device.type == "cuda":
+        if device.type == "cuda" and not gguf:
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -124,7 +127,7 @@ def load_model(
     # The device first: a wrong --device should fail before a 98 MB download.
     dev = select_device(device) if isinstance(device, str) else device
     source = resolve_model(spec, cache_dir=cache_dir, progress=progress)
-    torch_dtype = select_dtype(dtype, dev)
+    torch_dtype = select_dtype(dtype, dev, gguf=source.gguf_file is not None)
     if progress is not None:
         progress.write(f"detok-plugin: loading {source.label} on {dev} ({str(torch_dtype).removeprefix('torch.')})\n")
         progress.flush()

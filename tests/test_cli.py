@@ -75,6 +75,22 @@ def test_verify_json_on_a_random_model(tiny_dir: Path) -> None:
     assert stats["tokens_per_s"] > 0 and stats["model_ms_per_step"] > 0 and 0 < stats["detok_share"] < 1
 
 
+def test_verify_repeats_the_set_to_fill_a_batch(tiny_dir: Path) -> None:
+    """``--prompts 20 --batch 16``: the set of 8 repeated to 20 rows, run as a batch of 16
+    and one of 4; sampling makes the repeats differ, and every row is checked."""
+    proc = run_cli("verify", "--model", str(tiny_dir), "--temperature", "1", "--seed", "3", "--prompts", "20",
+                   "--batch", "16", "--max-new-tokens", "6", "--threads", "1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    seqs = report["sequences"]
+    assert len(seqs) == 20 and all(s["exact"] for s in seqs)
+    assert [s["label"] for s in seqs[8:16]] == [s["label"] for s in seqs[:8]]
+    assert [s["text"] for s in seqs[8:16]] != [s["text"] for s in seqs[:8]]
+    assert report["stats"]["batch"] == 16 and report["stats"]["tokens"] == 20 * 6
+    proc = run_cli("verify", "--model", str(tiny_dir), "--prompts", "0")
+    assert proc.returncode == 2 and "--prompts must be at least 1" in proc.stderr
+
+
 def test_verify_prints_checks_and_timings(tiny_dir: Path) -> None:
     proc = run_cli("verify", "--model", str(tiny_dir), "--temperature", "1", "--batch", "8", "--max-new-tokens", "8")
     assert proc.returncode == 0, proc.stderr

@@ -273,6 +273,19 @@ def test_cache_dir_comes_from_the_environment(tmp_path: Path, monkeypatch: pytes
     assert fetch_module.default_cache_dir() == Path.home() / ".cache" / "detok-plugin"
 
 
+def test_auto_dtype_is_float32_for_a_gguf_file_on_any_device() -> None:
+    """transformers keeps a GGUF's weights packed and computes in float32: bfloat16 would
+    cast every matmul (and warn). A plain model on CUDA gets bfloat16 (or float16)."""
+    from detok_plugin.gpu_runner.model import select_dtype
+
+    for device in ("cpu", "cuda"):
+        assert select_dtype("auto", torch.device(device), gguf=True) == torch.float32
+    assert select_dtype("bfloat16", torch.device("cuda"), gguf=True) == torch.bfloat16  # asked for: kept
+    assert select_dtype("auto", torch.device("cpu")) == torch.float32
+    if torch.cuda.is_available():
+        assert select_dtype("auto", torch.device("cuda")) in (torch.bfloat16, torch.float16)
+
+
 # --- CUDA -------------------------------------------------------------------------------
 
 
