@@ -64,7 +64,7 @@ def test_options_map_onto_settings() -> None:
 
 
 def test_verify_json_on_a_random_model(tiny_dir: Path) -> None:
-    proc = run_cli("verify", "--model", str(tiny_dir), "--temperature", "1", "--seed", "7",
+    proc = run_cli("verify", "--model", str(tiny_dir), "--temperature", "1", "--seed", "7", "--device", "cpu",
                    "--batch", "3", "--max-new-tokens", "24", "--threads", "1", "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
