@@ -8,7 +8,8 @@ request, and from the failing step on each step's text from the detokenizer (vLL
 
 The faults are injected into the parser's :class:`_chat_channels.Channels`: when it is
 built (the first step), at the start of a step (nothing taken), or after the core took the
-step's ids (``Channels._take``), at steps in the reasoning, the answer and the tool body.
+step's ids (``Channels._take``), at steps in the reasoning, the answer and the tool body;
+and into gpt-oss's ``_harmony.HarmonyChannels`` mid-reply.
 The replays are ``test_vllm_chat``'s: real tokenizers, vLLM's real ``OutputProcessor``,
 ``ParserManager`` and ``ChatStreamProcessor``.
 """
@@ -132,6 +133,20 @@ def test_channels_that_cannot_be_built_leave_the_whole_reply_as_content(monkeypa
     prompt = enc(tok, fam.prompt)
     full = tok.decode(prompt + out, skip_special_tokens=False)[len(tok.decode(prompt, skip_special_tokens=False)) :]
     assert seen.joined("content") == full
+
+
+def test_a_harmony_step_that_raises_sends_the_detokenizers_text_from_then_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpt-oss's parser reads harmony by id (``_harmony.HarmonyChannels``): the same hand-over."""
+    from detok_plugin.integrations import _harmony
+    from test_vllm_chat_presets import CALL, FINAL, THOUGHT, harmony_chat, harmony_ids
+
+    out = harmony_ids([THOUGHT, CALL, FINAL])
+    clean = harmony_chat(out)
+    at = len(out) // 2  # mid-reply
+    monkeypatch.setattr(_harmony.HarmonyChannels, "message", faulty(_harmony.HarmonyChannels.message, at + 1))
+    seen = harmony_chat(out)
+    assert_handed_over(seen, clean, at)
+    assert seen.joined("reasoning") == THOUGHT[2]  # sent before the fault, and kept
 
 
 @pytest.mark.parametrize("names", [("detok_qwen3", "detok_qwen3"), ("detok_gpt_oss", "detok_gpt_oss")])
