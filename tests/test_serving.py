@@ -9,7 +9,7 @@ tokenizer and random stops, min/max tokens and include flags, is in test_state_b
 from __future__ import annotations
 
 import pytest
-from helpers import expected
+from helpers import expected, probe_ids
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -127,3 +127,59 @@ def test_split_characters_end_the_stream_where_the_reference_does(real_tokenizer
     if not ref.finished:
         assert s.finish().text == ref.finish().text
     assert s.token_ids == ref.token_ids
+
+
+@given(data=st.data())
+def test_prompts_special_tokens_and_several_ids_a_push_follow_the_reference(real_tokenizer, data):
+    """What test_state_boundary's property leaves fixed, drawn here: a prompt (ending inside
+    a character or not), ``skip_special_tokens``, special ids among the output, stop ids,
+    ``max_tokens``, and several ids in one ``push`` (a speculative step) beside ``push_text``
+    of one. Push by push, the serving stream gives the reference's text, finish and count
+    of ids taken, and the same error for an id the tokenizer does not know."""
+    tok = real_tokenizer
+    special = sorted(getattr(tok, "all_special_ids", None) or [])[:8]
+    text_ids = tok.encode("🫨 hi 你好，世界 é\n\nUser: ありがとう 🇯🇵", add_special_tokens=False)
+    pool = st.one_of(
+        st.sampled_from(text_ids), st.sampled_from(probe_ids(tok)[2]), st.integers(0, len(tok) + 2),
+        *([st.sampled_from(special)] if special else []),
+    )
+    prompt = data.draw(st.lists(pool, max_size=6))
+    out = data.draw(st.lists(pool, min_size=1, max_size=20))
+    full = tok.decode([i for i in out if i < len(tok)], skip_special_tokens=False)
+    stops = [s for s in data.draw(st.lists(
+        st.one_of(st.tuples(st.integers(0, max(0, len(full) - 1)), st.integers(1, 4)).map(lambda ab: full[ab[0]: ab[0] + ab[1]]),
+                  st.sampled_from(["\n\nUser:", "🫨", "\ufffd"])), max_size=2)) if s]
+    kw = dict(
+        prompt_ids=prompt, skip_special_tokens=data.draw(st.booleans()), stop=stops,
+        stop_token_ids=data.draw(st.lists(st.sampled_from(out), max_size=1)), eos_token_ids=(),
+        max_tokens=data.draw(st.sampled_from([None, 2, 7])), min_tokens=data.draw(st.integers(0, 3)),
+        include_stop_str_in_output=data.draw(st.booleans()),
+    )
+    try:
+        ref = DetokenizerState.from_tokenizer(tok, **kw)
+    except TokenIdError:
+        with pytest.raises(TokenIdError):
+            ServingStream.from_tokenizer(tok, **kw)
+        return
+    s = ServingStream.from_tokenizer(tok, **kw)
+    k = 0
+    while k < len(out) and not ref.finished:
+        n = data.draw(st.sampled_from([1, 1, 2, 3]))
+        chunk = out[k : k + n]
+        k += n
+        try:
+            want = ref.push(chunk if n > 1 else chunk[0])
+        except TokenIdError as exc:
+            with pytest.raises(TokenIdError) as got_exc:
+                s.push(chunk) if n > 1 else s.push_text(chunk[0])
+            assert (got_exc.value.token_id, got_exc.value.position) == (exc.token_id, exc.position)
+            break
+        if n > 1:
+            got = s.push(chunk)
+            assert (got.text, got.consumed) == (want.text, want.consumed)
+        else:
+            assert s.push_text(chunk[0]) == want.text
+        assert (s.finish_reason, s.stop_reason, s.token_ids) == (ref.finish_reason, ref.stop_reason, ref.token_ids)
+    assert s.finished == ref.finished
+    if not ref.finished:
+        assert s.finish().text == ref.finish().text
