@@ -13,7 +13,10 @@
    text, tags included), never dropped;
 3. stop strings are cut where the detokenizer cuts them: with the detokenizer plugin on,
    only outside reasoning (vllm-project/vllm#53066, ``_reasoning_stream``); without it,
-   anywhere, as stock vLLM's detokenizer does.
+   anywhere, as stock vLLM's detokenizer does;
+4. nothing the channels raise reaches vLLM's serving loop (which would end the reply with an
+   error event): the failure is logged and the rest of the reply is the detokenizer's text,
+   as content (``DetokChatParser.parse_delta``).
 
 The common id costs a lookup, not a call into the core: while the stream is at rest in a
 mode, an id whose text holds no first character of that mode's tags or stops is what the
