@@ -78,11 +78,14 @@ def assert_handed_over(seen: Chat, clean: Chat, at: int) -> None:
 
 def step_in(fam: Any, where: str) -> int:
     """The index of a step (one id per step) of ``answer(fam)`` in the part named."""
-    tok = tokenizer(fam.tokenizer)
-    think = enc(tok, fam.think[0]) + enc(tok, "Let me think") if fam.think is not None else []
-    said = enc(tok, fam.think[0]) + enc(tok, "Let me think: 東京 weather 🫨?") + enc(tok, fam.think[1]) if fam.think else []
-    return {"first-step": 0, "reasoning": len(think) - 1, "answer": len(said) + 2,
-            "tool-body": len(answer(fam)) - 8}[where]
+    out = answer(fam)
+    if fam.think is None:
+        thought, answered = 0, 2
+    else:
+        tok = tokenizer(fam.tokenizer)
+        thought = len(enc(tok, fam.think[0])) + 2
+        answered = out.index(enc(tok, fam.think[1])[-1]) + 3  # past the close tag's last id
+    return {"first-step": 0, "reasoning": thought, "answer": answered, "tool-body": len(out) - 8}[where]
 
 
 #: (family, where the fault lands); Llama 3 writes no reasoning.

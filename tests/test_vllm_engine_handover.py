@@ -19,6 +19,7 @@ content (``vllm_chat.DetokChatParser.parse_delta``).
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import time
 import urllib.request
 from pathlib import Path
@@ -29,6 +30,8 @@ from vllm_serve_harness import Server, expected_text, require_engine, stream
 pytestmark = pytest.mark.vllm_engine
 
 require_engine()
+
+import test_vllm_chat_engine as chat_engine  # noqa: E402  (its forced reply and stream reader)
 
 FAULT_AT = 5
 CHAT_FAULT_AT = 3
@@ -88,10 +91,8 @@ def test_every_request_is_handed_over_and_the_server_keeps_serving(faulty, token
 
 # --- the chat parser -------------------------------------------------------------------
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}}}}]
-#: What vLLM's structured outputs make the model write: an answer, then a Hermes tool call.
-REPLY = 'Let me check the weather in 東京. <tool_call>\n{"name": "get_weather", "arguments": {"city": "東京"}}\n</tool_call>'
+#: What test_vllm_chat_engine's regex makes the model write: its answer, then a Hermes call.
+REPLY = chat_engine.ANSWER + "<tool_call>\n" + json.dumps({"name": "get_weather", "arguments": chat_engine.ARGS}, ensure_ascii=False) + "\n</tool_call>"
 
 
 @pytest.fixture(scope="module")
@@ -106,26 +107,18 @@ def faulty_chat(tmp_path_factory):
         server.stop()
 
 
-def _chat(server, **params):
-    chunks = list(server.client.chat.completions.create(
-        model="smollm2", messages=[{"role": "user", "content": "Weather in Tokyo?"}], stream=True,
-        max_tokens=80, temperature=0, **params,
-    ))
-    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    calls = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
-    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
-    return content, calls, finish
-
-
 def test_a_chat_parser_that_raises_ends_no_reply(faulty_chat):
-    regex = REPLY.replace(".", r"\.").replace("{", r"\{").replace("}", r"\}")
     for _ in range(2):  # the server still answers after the first reply's fault
-        content, calls, finish = _chat(faulty_chat, tools=TOOLS, extra_body={"structured_outputs": {"regex": regex}})
+        content, calls, _, finish = chat_engine._stream(faulty_chat.client)
         # Before the fault the parser sent the answer's first pieces as content; from it on
         # the detokenizer's text is content, the tool call's tags and body included.
         assert content == REPLY and not calls and finish == ["stop"]
-    content, calls, finish = _chat(faulty_chat)  # no tools: the parser still reads the reply
-    assert len(content) > 0 and not calls and finish and finish[0] in ("stop", "length")
+    chunks = list(faulty_chat.client.chat.completions.create(  # no tools: the parser still reads the reply
+        model="smollm2", messages=[{"role": "user", "content": "Weather in Tokyo?"}], stream=True, max_tokens=40,
+        temperature=0,
+    ))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] in (["stop"], ["length"])
     time.sleep(1)  # the log is written by the server's own process
     log = faulty_chat.log.read_text(errors="replace")
     assert log.count("the parser raised RuntimeError('injected by tests/fault_site") == 3
