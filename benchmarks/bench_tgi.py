@@ -14,10 +14,13 @@ tokenizer (tests/tgi_harness.py), on the CPU.
    ``generated_text``; shim = the patched ``from_pb`` and the first step's ``prepare``
    (setup: the request's stream from the prompt ids of a real ``CausalLMBatch``), then per
    step ``prepare``, the criteria per id and ``rewrite`` into TGI's own ``Generation``
-   records (built beforehand: stock builds them too); and, to show where the shim's time
-   goes, the core alone (each request's ``ServingStream`` on the same ids). The runners
-   take turns going first; printed: medians per id, and the median and interquartile
-   range of the per-repeat ratios, without and with the setup. Target: shim/stock <= 0.2.
+   records; and, to show where the shim's time goes, the core alone (each request's
+   ``ServingStream`` on the same ids). Each step is timed on its own, and a step's records
+   are built untimed just before it, fresh and carrying TGI's text for each id, as TGI's
+   step builds them just before ``rewrite`` (stock builds them too; neither side is timed
+   building them). The runners take turns going first; printed: medians per id, and the
+   median and interquartile range of the per-repeat ratios, without and with the setup.
+   Target: shim/stock <= 0.2.
 2. ``generate_token`` per decode step, stock against wrapped, at batch 1, 16 and 64, on
    one prefilled batch per size (no stops, EOS ignored, one torch thread): each pair of
    steps runs one stock step (TGI's ``generate_token`` and criteria) and one wrapped step
@@ -28,9 +31,12 @@ tokenizer (tests/tgi_harness.py), on the CPU.
    within noise (the interval reaches 1.0 or lies below it). The wrapped step still runs
    TGI's own ``decode_token``, whose text the shim replaces.
 
-Both parts time CPU time (``time.process_time_ns``), not the wall clock: on a shared
+The step part times CPU time (``time.process_time_ns``), not the wall clock: on a shared
 machine the wall clock also counts waiting for a core, and that falls unevenly (a short
-run more often fits in one time slice than a long one).
+run more often fits in one time slice than a long one). The text part times each engine
+step on its own (tens of microseconds, which a time slice seldom splits) with
+``time.perf_counter_ns``: ``process_time_ns`` is a system call of about 0.5 µs here, which
+per step would be 2-3% of the shim's step and 0.5% of stock's.
 
     DETOK_TGI_PYTHON=/path/to/tgi/python .venv/bin/python benchmarks/bench_tgi.py \
         [--repeats 200] [--pairs 40] [--part text|step|both]
@@ -136,22 +142,22 @@ def text_path(model, requests, recorded, repeats: int) -> None:
     prompts = [tok(r.inputs)["input_ids"] for r in requests]
     ids = [recorded[r.id]["ids"] for r in requests]
     n_ids = sum(map(len, ids))
-    # Step t: the requests still running, and the Generation records TGI's step builds.
+    # Step t: the requests still running.
     steps = [[k for k in range(len(requests)) if t < len(ids[k])] for t in range(max(map(len, ids)))]
     special = model.all_special_ids
-    gens = [[Generation(requests[k].id, None, Tokens([ids[k][t]], [0.0], [""], [ids[k][t] in special]),
-                        GeneratedText("", t + 1, 0, None) if t == len(ids[k]) - 1 else None, None)
-             for k in live] for t, live in enumerate(steps)]
     step_requests = [[requests[k] for k in live] for live in steps]
+    clock = time.perf_counter_ns  # per step: see the module docstring
 
     def stock_setup() -> tuple:
         return ([StoppingCriteria.from_pb(r.stopping_parameters, tok) for r in requests],
                 [list(p) for p in prompts], [[len(p) - 5, len(p)] for p in prompts])  # from_pb's offsets
 
-    def stock(state: tuple) -> None:
+    def stock(state: tuple, texts: list[list[str]] | None = None) -> int:
         criterias, all_ids, offsets = state
         decode = model.decode_token
+        spent = 0
         for t, live in enumerate(steps):
+            t0 = clock()
             for k in live:
                 tid, seq, off = ids[k][t], all_ids[k], offsets[k]
                 seq.append(tid)
@@ -159,6 +165,20 @@ def text_path(model, requests, recorded, repeats: int) -> None:
                 criterias[k](tid, text)
                 if t == len(ids[k]) - 1:  # generated_text
                     decode(seq, len(seq) - t - 2, len(seq) - t - 1, skip_special_tokens=True)
+                if texts is not None:
+                    texts[k].append(text)
+            spent += clock() - t0
+        return spent
+
+    # TGI's own text of every id, which the records TGI's step builds carry (rewrite replaces it).
+    tgi_texts: list[list[str]] = [[] for _ in requests]
+    stock(stock_setup(), tgi_texts)
+
+    def records(t: int, live: list[int]) -> list:
+        """Step t's Generation records, built as TGI's step builds them (fresh, with TGI's text)."""
+        return [Generation(requests[k].id, None, Tokens([ids[k][t]], [0.0], [tgi_texts[k][t]], [ids[k][t] in special]),
+                           GeneratedText(tgi_texts[k][t], t + 1, 0, None) if t == len(ids[k]) - 1 else None, None)
+                for k in live]
 
     def shim_setup() -> list:
         criterias = [cls.from_stock(StoppingCriteria.from_pb(r.stopping_parameters, tok),
@@ -167,22 +187,33 @@ def text_path(model, requests, recorded, repeats: int) -> None:
         prepare(batch, cls)  # the first step builds each request's stream
         return [[criterias[k] for k in live] for live in steps]
 
-    def shim(step_criterias: list) -> None:
+    def shim(step_criterias: list) -> int:
+        spent = 0
         for t, live in enumerate(steps):
+            # TGI's step builds the records between the criteria calls and rewrite; here just
+            # before the timed part (both sides build them; neither is timed building them).
+            gens = records(t, live)
+            t0 = clock()
             batch.requests, batch.stopping_criterias = step_requests[t], step_criterias[t]
             ours = prepare(batch, cls)
             for k, criteria in zip(live, step_criterias[t]):
                 criteria(ids[k][t], "")
-            rewrite(gens[t], ours)
+            rewrite(gens, ours)
+            spent += clock() - t0
+        return spent
 
-    def core(step_criterias: list) -> None:
+    def core(step_criterias: list) -> int:
         # The core alone under the shim: each request's ServingStream, the same ids.
+        spent = 0
         for t, live in enumerate(steps):
+            t0 = clock()
             for k, criteria in zip(live, step_criterias[t]):
                 stream = criteria.stream
                 stream.push_text(ids[k][t])
                 if t == len(ids[k]) - 1:
                     stream.finish()
+            spent += clock() - t0
+        return spent
 
     runners = {"stock": (stock_setup, stock), "shim": (shim_setup, shim), "core": (shim_setup, core)}
     names = list(runners)
@@ -191,18 +222,17 @@ def text_path(model, requests, recorded, repeats: int) -> None:
         gc.collect()
         for name in names[k % 3:] + names[:k % 3]:
             setup, run = runners[name]
-            t0 = time.process_time_ns()
+            t0 = clock()
             state = setup()
-            t1 = time.process_time_ns()
-            run(state)
-            t2 = time.process_time_ns()
+            t1 = clock()
+            spent = run(state)
             if k >= 2:
                 times[name + "_setup"].append((t1 - t0) / 1e3)
-                times[name].append((t2 - t1) / 1e3)
+                times[name].append(spent / 1e3)
     per_id = [s / k for s, k in zip(times["shim"], times["stock"])]
     whole = [(a + b) / (c + d) for a, b, c, d in zip(times["shim_setup"], times["shim"], times["stock_setup"], times["stock"])]
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"\ntext path, {len(requests)} requests, {n_ids} ids (Qwen3, skewed sampling), {repeats} repeats, CPU time:")
+    print(f"\ntext path, {len(requests)} requests, {n_ids} ids (Qwen3, skewed sampling), {repeats} repeats, each step timed:")
     print(f"  stock decode_token + StoppingCriteria: {med['stock'] / n_ids:.2f} us/id  "
           f"(+ from_pb {med['stock_setup'] / len(requests):.1f} us/request)")
     print(f"  shim criteria + prepare + rewrite:     {med['shim'] / n_ids:.2f} us/id  "

@@ -49,6 +49,8 @@ class Delta(NamedTuple):
 #: One id pushed, nothing released, the stream goes on: the commonest Delta of a split
 #: character, shared.
 ONE_EMPTY = Delta(consumed=1)
+#: ``finish()`` of a stream that holds nothing: the commonest end, shared.
+ENDED_EMPTY = Delta()
 
 
 _tuple_new = tuple.__new__

@@ -158,23 +158,35 @@ class ServingStream:
 
     def push_text(self, token_id: int) -> str:
         """Add one id; return the content it released (``""`` if none)."""
-        rest = self._rest
-        if rest is not None and token_id.__class__ is int:  # not a bool, numpy or torch scalar
-            # At rest (see the module docstring): the common token is one lookup.
-            text = rest.get(token_id)
-            if text is None and token_id not in rest:  # an id not seen at rest yet
-                text = learn_rest_text(rest, self._quick, self._first, token_id)
-            if (
-                text is not None
-                and len(self.token_ids) < self._limit
-                and token_id not in self._stop_ids
-            ):
+        # Both shortcuts (the module docstring) take only an int id (not a bool, numpy or
+        # torch scalar) that is no stop id and does not reach max_tokens.
+        if token_id.__class__ is int and token_id not in self._stop_ids and len(self.token_ids) < self._limit:
+            rest = self._rest
+            if rest is not None:  # at rest: the common token is one lookup
+                text = rest.get(token_id)
+                if text is None and token_id not in rest:  # an id not seen at rest yet
+                    text = learn_rest_text(rest, self._quick, self._first, token_id)
+                if text is not None:
+                    self.token_ids.append(token_id)
+                    return text
+            if self._feeds and 0 <= token_id < self._size and self._vocab[token_id] is not None:  # type: ignore[index]
+                # The boundary at rest: the id's settled text, from the reference's decoder.
+                dec = self._dec
+                text = dec.feed_one(token_id)
                 self.token_ids.append(token_id)
+                if text and self._first is not None and self._first(text) is not None:
+                    # A stop may start in it: the reference's boundary decides, as its
+                    # push_text would.
+                    text = self._state._text_boundary(text)  # noqa: SLF001 (one package)
+                    self._caught_up()
+                else:
+                    self._rest = self._known if dec.idle else None
                 return text
-        if self._feeds and token_id.__class__ is int:
-            fed = self._feed(token_id)
-            if fed is not None:
-                return fed
+        return self._by_reference(token_id)
+
+    def _by_reference(self, token_id: int) -> str:
+        """Any id neither shortcut takes: the reference's ``push_text``, then whether it
+        is at rest again."""
         state = self._state
         try:
             text = state.push_text(token_id)
@@ -185,29 +197,6 @@ class ServingStream:
             self.token_ids.append(token_id)  # counted, rendered as the decode renders it
             return ""
         self._caught_up()
-        return text
-
-    def _feed(self, token_id: int) -> str | None:
-        """The boundary at rest (see the module docstring): the id's settled text, from the
-        reference's decoder; None (nothing done) for an id the reference must check."""
-        vocab = self._vocab
-        if (
-            vocab is None
-            or not 0 <= token_id < self._size
-            or vocab[token_id] is None
-            or token_id in self._stop_ids
-            or len(self.token_ids) >= self._limit
-        ):
-            return None
-        dec = self._dec
-        text = dec.feed_one(token_id)
-        self.token_ids.append(token_id)
-        if text and self._first is not None and self._first(text) is not None:
-            # A stop may start in it: the reference's boundary decides, as its push_text would.
-            text = self._state._text_boundary(text)  # noqa: SLF001
-            self._caught_up()
-        else:
-            self._rest = self._known if dec.idle else None
         return text
 
     def push(self, ids: int | Sequence[int]) -> Delta:

@@ -43,6 +43,7 @@ from ._channels import Router
 from ._delta import (
     CHANNEL_NAMES,
     CONTENT,
+    ENDED_EMPTY,
     ONE_EMPTY,
     REASONING,
     TAG,
@@ -196,8 +197,7 @@ class DetokenizerState(Router, Boundary):
         # (an attribute read, where a property would cost a call).
         self.finish_reason: FinishReason | None = None
         self.stop_reason: str | int | None = None
-        tags = cfg.tags
-        table = opened.table
+        tags, table = cfg.tags, opened.table
         self._id_tags = id_tags(table, tags) if tags is not None and table is not None and skip else _NO_ID_TAGS
         # Per-stream containers only where they are used: a request's objects spread the
         # serving loop's own, so fewer per stream is a cheaper step (docs/benchmarks.md).
@@ -213,8 +213,7 @@ class DetokenizerState(Router, Boundary):
             self._mode = REASONING
             self._log(TAG, "")
         self._ac = cfg.matchers[self._mode]
-        self._ac_state = 0
-        self._pending = ""
+        self._ac_state, self._pending = 0, ""
         content = cfg.matchers[CONTENT]
         self._first = content.find_first if content is not None else None
         self._held_scan: HeldScan | None = None
@@ -258,8 +257,7 @@ class DetokenizerState(Router, Boundary):
         ):
             return self._push_one(ids)
         checked = checked_push(ids, len(self.token_ids), self._vocab, self._size, self.request_id)
-        out = Out()
-        consumed = 0
+        out, consumed = Out(), 0
         for tid in checked:
             consumed += 1
             self._step(tid, out)
@@ -307,6 +305,9 @@ class DetokenizerState(Router, Boundary):
         if self._ended:
             raise StreamFinishedError(len(self.token_ids), self.request_id, "finish() was called")
         self._ended = True
+        if self._boundary_at_rest() and self._dec.idle and not self._pending:  # nothing held to release
+            self._done, self._hot = True, False
+            return ENDED_EMPTY
         out = Out()
         if not self._done:  # a stop already closed the stream: nothing more to release
             self._close(out)
@@ -371,8 +372,7 @@ class DetokenizerState(Router, Boundary):
             if channel == CONTENT:
                 return TEXT_DELTAS.get(text) or text_delta(text)
             return reasoning_delta(text) if channel == REASONING else ONE_EMPTY
-        out = Out()
-        self._settle(text, out)
+        self._settle(text, out := Out())
         if self.finish_reason is None and out.empty():
             return ONE_EMPTY
         return self._delta(out, 1)
@@ -414,11 +414,11 @@ class DetokenizerState(Router, Boundary):
         return text
 
     def _boundary_at_rest(self) -> bool:
-        """For ``ServingStream``: live, in content, no log or tags, on a table, no stop partly
-        matched, nothing of the prompt to skip. Then, while what the decoder holds cannot
-        complete a stop (``_held_may_stop``), ``push_text`` of an id in the vocabulary, no stop
-        id, short of ``max_tokens``, whose settled text holds no first character of a stop,
-        appends it, feeds the decoder, releases that text and changes nothing else."""
+        """Live, in content, no log or tags, on a table, no stop partly matched, nothing of the
+        prompt to skip. Then, while what the decoder holds cannot complete a stop (``_held_may_stop``),
+        ``push_text`` of an id in the vocabulary, no stop id, short of ``max_tokens``, whose settled
+        text has no first character of a stop, appends it, feeds the decoder, releases that text
+        and changes nothing else (``ServingStream``); ``finish()`` with the decoder idle, nothing."""
         return (
             not (self._done or self._skip_chars or self._ac_state or self._keep_log or self._cfg.tags is not None)
             and self._vocab is not None

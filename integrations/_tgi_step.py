@@ -167,26 +167,43 @@ def rewrite(generations: list[Any], ours: dict[Any, Any]) -> None:
     """Step 3: the core's texts into each of our requests' ``Generation``.
 
     A request's texts for this step are those its criteria took since the last step
-    (``texts[sent:]``). ``is_special`` is rebuilt only where a special id carries text
-    (rare: a special id's own text is ``""``; it carries text only when releasing what was
-    held), so most steps keep TGI's list as it is."""
+    (``texts[sent:]``). The common record, one id, gets its text in place in the list
+    TGI's step built for that record alone. ``is_special`` is rebuilt only where a special
+    id carries text (rare: a special id's own text is ``""``; it carries text only when
+    releasing what was held), so most steps keep TGI's list as it is."""
     get = ours.get
     for generation in generations:
         criteria = get(generation.request_id)
         if criteria is None or criteria.stream is None:
             continue
-        texts = criteria.texts[criteria.sent:]
-        criteria.sent += len(texts)
         tokens = generation.tokens
-        if len(texts) != len(tokens.token_ids):
-            log("ERROR", f"detok-plugin: request {generation.request_id}: {len(texts)} texts for "
-                f"{len(tokens.token_ids)} ids; the step keeps TGI's texts")
+        sent, mine, theirs = criteria.sent, criteria.texts, tokens.texts
+        if len(mine) == sent + 1 and len(theirs) == 1 == len(tokens.token_ids):
+            criteria.sent = sent + 1
+            theirs[0] = text = mine[sent]
+            if text and tokens.is_special[0]:
+                tokens.is_special = [False]
+        elif not _rewrite_several(generation, criteria):
             continue
-        tokens.texts = texts
-        if True in tokens.is_special and any(texts):
-            tokens.is_special = [special and not text for special, text in zip(tokens.is_special, texts)]
         if generation.generated_text is not None:
             generation.generated_text.text = criteria.text
+
+
+def _rewrite_several(generation: Any, criteria: Any) -> bool:
+    """:func:`rewrite` of a record with several ids (a speculative step), or whose count
+    of ids disagrees with the texts taken (logged; TGI's texts stay): whether it was
+    rewritten."""
+    texts = criteria.texts[criteria.sent :]
+    criteria.sent += len(texts)
+    tokens = generation.tokens
+    if len(texts) != len(tokens.token_ids):
+        log("ERROR", f"detok-plugin: request {generation.request_id}: {len(texts)} texts for "
+            f"{len(tokens.token_ids)} ids; the step keeps TGI's texts")
+        return False
+    tokens.texts = texts
+    if True in tokens.is_special and any(texts):
+        tokens.is_special = [special and not text for special, text in zip(tokens.is_special, texts)]
+    return True
 
 
 def wrap_generate_token(stock: Callable[..., Any], cls: type) -> Callable[..., Any]:
