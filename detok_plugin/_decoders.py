@@ -88,12 +88,13 @@ class ByteLevelStream(StreamDecoder):
     path = "byte_level"
     # The tail is at most three bytes of one unfinished character: final, it is one U+FFFD.
     held_is_replacement = True
-    __slots__ = ("idle", "quick", "_pieces", "_splits", "_skip", "_tail")
+    __slots__ = ("idle", "quick", "_pieces", "_splits", "_joins", "_skip", "_tail")
 
     def __init__(self, table: TokenTable, *, skip_special_tokens: bool) -> None:
         self._pieces = table.pieces
         self.quick = table.quick_texts(skip_special_tokens)
         self._splits = table.splits
+        self._joins = table.joins
         self._skip = table.special_ids if skip_special_tokens and table.special_ids else None
         self._tail = b""  # bytes of an unfinished character, held
         self.idle = True  # no tail
@@ -126,19 +127,12 @@ class ByteLevelStream(StreamDecoder):
             return split[0]
         if self._skip is not None and i in self._skip:
             return ""
-        # _decode, inlined: this is the per-token path of every split character.
+        # The per-token path of every split character: what the held bytes and this piece
+        # decode to, looked up (a third of a decode's cost), or decoded once for the table.
         data = tail + self._pieces[i]
-        text, used = _utf8_decode(data, "replace", False)
-        if used == len(data):
-            self._tail = b""
-            self.idle = True
-            return text
-        tail = data[used:]
-        if tail[0] == 0xED and surrogate_prefix(tail):  # the call only for ED: most steps here hold a tail
-            self._tail = b""
-            self.idle = True
-            return text + "\ufffd" * len(tail)
+        text, tail = self._joins.get(data) or join(self._joins, data)
         self._tail = tail
+        self.idle = not tail
         return text
 
     def feed(self, ids: Sequence[int]) -> str:
@@ -172,6 +166,22 @@ class ByteLevelStream(StreamDecoder):
 
     def peek_final(self) -> str:
         return self._tail.decode("utf-8", "replace")
+
+
+JOINS_MAX = 1 << 13  # TokenTable.joins entries; past that the dict starts again
+
+
+def join(joins: dict[bytes, tuple[str, bytes]], data: bytes) -> tuple[str, bytes]:
+    """``data`` (a held tail and the next piece) decoded as ``ByteLevelStream._decode``
+    decodes it: (settled text, tail still held); recorded in ``joins``."""
+    text, used = _utf8_decode(data, "replace", False)
+    tail = data[used:]
+    if tail and surrogate_prefix(tail):
+        text, tail = text + "\ufffd" * len(tail), b""
+    if len(joins) >= JOINS_MAX:
+        joins.clear()
+    joins[data] = got = (text, tail)
+    return got
 
 
 class SentencePieceStream(StreamDecoder):

@@ -59,6 +59,10 @@ class TokenTable:
     splits: tuple[tuple[str, bytes] | None, ...] = field(default=(), repr=False, compare=False)
     #: Whether some id below ``vocab_size`` has no piece (derived; checked once here).
     has_holes: bool = field(default=False, init=False, repr=False, compare=False)
+    #: byte_level: what a held tail followed by a piece decodes to, by those bytes: (settled
+    #: text, held tail). A function of the bytes alone, shared by every stream on the table,
+    #: filled in as split characters arrive (``_decoders.join``); at most ``JOINS_MAX``.
+    joins: dict[bytes, tuple[str, bytes]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _quick: dict[bool, tuple[str | None, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _rest: dict[tuple[bool, str | None], dict[int, str | None]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
