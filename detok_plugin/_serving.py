@@ -12,11 +12,15 @@ takes the common token itself:
     nothing else, so this class does exactly that, without the call.
 
 While only the *boundary* is at rest (the decoder may hold the bytes of an unfinished
-character, which cannot complete a stop), an id in the vocabulary that is no stop id and does
-not reach ``max_tokens`` is fed to the reference's own decoder here; when the text it settles
-holds no first character of a stop, that text leaves and nothing else changes, as in the
-reference's ``push_text``; otherwise the reference's boundary takes that text. This is every
-split character's path (an emoji is three or four byte-level tokens).
+character), an id in the vocabulary that is no stop id and does not reach ``max_tokens`` is
+fed to the reference's own decoder here; when the text it settles holds no first character
+of a stop, and what the decoder now holds cannot complete one, that text leaves and nothing
+else changes, as in the reference's ``push_text``; otherwise the reference's boundary takes
+that text. Held bytes can complete a stop only as real characters: a byte-level tail never
+(rendered final it is U+FFFD), a SentencePiece byte run once it ends on a whole character
+(its characters show before the run closes), and either when a stop has U+FFFD (then every
+id goes to the reference). This is every split character's path (an emoji is three or
+four byte-level tokens, or four SentencePiece byte pieces).
 
 Every other id goes to the reference, after which the stream reads whether it is at rest
 again. The reference's decoder and boundary are the only state: this class keeps none of
@@ -46,6 +50,8 @@ from ._tables import build_table, learn_rest_text
 
 __all__ = ["ServingStream"]
 
+_UNSEEN: Any = object()  # rest.get's default: an id the at-rest dict has no entry for
+
 
 class ServingStream:
     """One request's content, for serving loops: ``push_text(id) -> str`` per id,
@@ -71,7 +77,8 @@ class ServingStream:
         "_stop_ids",
         "finish_reason",
         "stop_reason",
-        "_feeds",
+        "_fed_below",
+        "_runs",
         "_dec",
         "_vocab",
         "_size",
@@ -86,7 +93,9 @@ class ServingStream:
     finish_reason: FinishReason | None
     stop_reason: str | int | None
     _rest: dict[int, str | None] | None  # _known while the reference is at rest, else None
-    _feeds: bool  # the reference's boundary is at rest (the decoder may hold bytes)
+    _fed_below: int  # ids below it may be fed to the decoder here: _size while the
+    # reference's boundary is at rest (the decoder may hold bytes), else 0
+    _runs: bool  # a held SentencePiece run may show characters that complete a stop
     _dec: StreamDecoder  # the reference's decoder
     _vocab: Sequence[bytes | str | None] | None  # the table's pieces (None: a hole)
     _size: int  # ids the reference takes: 0 <= id < _size
@@ -151,6 +160,9 @@ class ServingStream:
             pattern = first.__self__.pattern if first is not None else None  # type: ignore[attr-defined]
             self._known = table.rest_texts(skip_special_tokens, pattern)
         self._dec = state._dec  # noqa: SLF001
+        # What the decoder holds may complete a stop (state._held_may_stop): with stops, a
+        # SentencePiece run, whose characters show before it closes, or a stop with U+FFFD.
+        self._runs = state._held_may_stop  # noqa: SLF001
         self._vocab = state._vocab  # noqa: SLF001
         self._size = state._size  # noqa: SLF001
         self._caught_up()
@@ -163,20 +175,20 @@ class ServingStream:
         if token_id.__class__ is int and token_id not in self._stop_ids and len(self.token_ids) < self._limit:
             rest = self._rest
             if rest is not None:  # at rest: the common token is one lookup
-                text = rest.get(token_id)
-                if text is None and token_id not in rest:  # an id not seen at rest yet
+                text: str | None = rest.get(token_id, _UNSEEN)
+                if text is _UNSEEN:  # an id not seen at rest yet
                     text = learn_rest_text(rest, self._quick, self._first, token_id)
                 if text is not None:
                     self.token_ids.append(token_id)
                     return text
-            if self._feeds and 0 <= token_id < self._size and self._vocab[token_id] is not None:  # type: ignore[index]
+            if 0 <= token_id < self._fed_below and self._vocab[token_id] is not None:  # type: ignore[index]
                 # The boundary at rest: the id's settled text, from the reference's decoder.
                 dec = self._dec
                 text = dec.feed_one(token_id)
                 self.token_ids.append(token_id)
-                if text and self._first is not None and self._first(text) is not None:
-                    # A stop may start in it: the reference's boundary decides, as its
-                    # push_text would.
+                if (text and self._first is not None and self._first(text) is not None) or (self._runs and self._held_shows()):
+                    # A stop may start in it, or complete in what the decoder holds: the
+                    # reference's boundary decides, as its push_text would.
                     text = self._state._text_boundary(text)  # noqa: SLF001 (one package)
                     self._caught_up()
                 else:
@@ -255,7 +267,15 @@ class ServingStream:
         self.stop_reason = state.stop_reason
         calm = state._boundary_at_rest()  # noqa: SLF001
         self._rest = self._known if calm and self._dec.idle else None
-        self._feeds = calm and not state._held_may_stop  # noqa: SLF001
+        # A stop with U+FFFD, which even a byte-level tail may complete, sends every id to
+        # the reference (a SentencePiece run's characters are checked after each feed).
+        self._fed_below = self._size if calm and not (self._runs and state._cfg.fffd_stops) else 0  # noqa: SLF001
+
+    def _held_shows(self) -> bool:
+        """What the decoder holds renders as characters now (a SentencePiece run that ends
+        on a whole character), so it may complete a stop."""
+        dec = self._dec
+        return not dec.idle and not dec.renders_replacement()
 
 
 def _one(stream: ServingStream, token_id: int) -> Delta:
