@@ -81,16 +81,18 @@ def reader_for(fmt: str, tools: Sequence[Mapping[str, Any]] | None) -> BodyReade
 class BodyReader:
     """One tool-call body, fed as the core streams it; ``feed(text)`` returns the events
     that text makes safe to send. ``calls`` is how many calls have had their name sent;
-    ``args[k]`` what was sent of call k's arguments, ``done[k]`` whether all of it."""
+    ``args[k]`` what was sent of call k's arguments, ``done[k]`` whether all of it. The
+    arguments are kept in pieces, joined when ``args`` is read (a long argument grown by
+    concatenation would copy what it holds on every token)."""
 
-    __slots__ = ("fmt", "buf", "pos", "calls", "args", "done", "_depth", "_in_str", "_esc", "_open", "_key", "_dead")
+    __slots__ = ("fmt", "buf", "pos", "calls", "_args", "done", "_depth", "_in_str", "_esc", "_open", "_key", "_dead")
 
     def __init__(self, fmt: _JsonFormat) -> None:
         self.fmt: _Layout = fmt
         self.buf = ""
         self.pos = 0  # scanned up to here
         self.calls = 0
-        self.args: list[str] = []
+        self._args: list[list[str]] = []  # each call's arguments sent so far, in pieces
         self.done: list[bool] = []
         self._depth = 0  # bracket depth inside the current arguments value
         self._in_str = False
@@ -98,6 +100,11 @@ class BodyReader:
         self._open = False  # inside a call's arguments value
         self._key = False  # a name was sent; its arguments key is still to come
         self._dead = False  # a layout this reader does not stream: the end sends it
+
+    @property
+    def args(self) -> list[str]:
+        """Each call's arguments sent so far."""
+        return ["".join(parts) for parts in self._args]
 
     def feed(self, text: str) -> list[Event]:
         if self.pos == len(self.buf):
@@ -179,7 +186,7 @@ class BodyReader:
         the JSON formats, at once in the others)."""
         events.append((self.calls, name, ""))
         self.calls += 1
-        self.args.append("")
+        self._args.append([])
         self.done.append(False)
         self._depth = 0
 
@@ -218,7 +225,7 @@ class BodyReader:
 
     def _send(self, piece: str, events: list[Event]) -> None:
         if piece:
-            self.args[-1] += piece
+            self._args[-1].append(piece)
             events.append((self.calls - 1, None, piece))
 
     # --- DeepSeek ----------------------------------------------------------------------
