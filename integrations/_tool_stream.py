@@ -107,6 +107,8 @@ class BodyReader:
         return ["".join(parts) for parts in self._args]
 
     def feed(self, text: str) -> list[Event]:
+        if self._dead:
+            return []  # nothing more streams: the body is sent whole at its close
         if self.pos == len(self.buf):
             # Everything before pos is read and never looked at again (every scan starts at
             # pos): drop it, so a long body costs O(its length), not O(length^2).
