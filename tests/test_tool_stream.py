@@ -1,0 +1,63 @@
+"""The JSON tool-call body reader (``integrations/_tool_stream.BodyReader``): linear work on
+long bodies. No timing: the strings the reader keeps. A string grown by ``+=`` on each
+piece copies all it holds every time (quadratic in the body's length); one the reader
+drops once read does not grow."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from detok_plugin.integrations._tool_stream import BodyReader  # noqa: E402
+
+N = 20_000
+TEXT = ("def f(x):\n    return x * 2  # </tool_call> is text here\n" * (N // 50 + 1))[:N]
+
+LONG = {
+    # Arguments that stream as they form (an object): each piece is sent once read.
+    "streamed_object": ('{"name": "write", "arguments": {"path": "a.py", "text": ' + json.dumps(TEXT) + "}}", True),
+    # Arguments that cannot stream (a string value): sent whole when the body closes.
+    "string_arguments": ('{"name": "write", "arguments": ' + json.dumps(TEXT) + "}", False),
+}
+
+
+def _longest_text_kept(reader: BodyReader) -> int:
+    """The longest string among the reader's attributes, or in a list it keeps."""
+    longest = 0
+    for slot in type(reader).__slots__:
+        value = getattr(reader, slot, None)
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            for item in v if isinstance(v, list) else [v]:
+                if isinstance(item, str):
+                    longest = max(longest, len(item))
+    return longest
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c) for c in LONG])
+def test_a_long_body_in_small_pieces_keeps_no_string_that_grows_with_it(case: str) -> None:
+    """The reader at 8763614 kept each call's streamed arguments as one string grown per
+    piece, and at 5ffe950 a body that cannot stream grew its buffer per piece: both held
+    the whole body (20,000 characters here, not a few)."""
+    body, streams = LONG[case]
+    reader = BodyReader("hermes")
+    sent: list[str] = []
+    kept = 0
+    for at in range(0, len(body), 5):
+        for _k, _name, args in reader.feed(body[at : at + 5]):
+            sent.append(args)
+        kept = max(kept, _longest_text_kept(reader))
+    assert kept <= 64, f"{kept} characters kept in one string"
+    arguments = json.loads(body)["arguments"]
+    if streams:
+        assert reader.done == [True]
+        assert json.loads("".join(sent)) == arguments
+        assert reader.args == ["".join(sent)]
+    else:
+        assert reader.calls == 1 and "".join(sent) == "" and reader.done == [False]
