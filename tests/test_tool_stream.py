@@ -42,9 +42,9 @@ def _longest_text_kept(reader: BodyReader) -> int:
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c) for c in LONG])
 def test_a_long_body_in_small_pieces_keeps_no_string_that_grows_with_it(case: str) -> None:
-    """The reader at 8763614 kept each call's streamed arguments as one string grown per
-    piece, and at 5ffe950 a body that cannot stream grew its buffer per piece: both held
-    the whole body (20,000 characters here, not a few)."""
+    """The reader before 8763614 kept each call's streamed arguments as one string grown
+    per piece, and before 5ffe950 a body that cannot stream grew its buffer per piece: both
+    held the whole body (20,000 characters here, not a few)."""
     body, streams = LONG[case]
     reader = BodyReader("hermes")
     sent: list[str] = []
