@@ -95,7 +95,7 @@ class ServingStream:
     _rest: dict[int, str | None] | None  # _known while the reference is at rest, else None
     _fed_below: int  # ids below it may be fed to the decoder here: _size while the
     # reference's boundary is at rest (the decoder may hold bytes), else 0
-    _runs: bool  # a held SentencePiece run may show characters that complete a stop
+    _runs: bool  # what the decoder holds may complete a stop (state._held_may_stop)
     _dec: StreamDecoder  # the reference's decoder
     _vocab: Sequence[bytes | str | None] | None  # the table's pieces (None: a hole)
     _size: int  # ids the reference takes: 0 <= id < _size
