@@ -109,10 +109,11 @@ class BodyReader:
     def feed(self, text: str) -> list[Event]:
         if self._dead:
             return []  # nothing more streams: the body is sent whole at its close
-        if self.pos == len(self.buf):
-            # Everything before pos is read and never looked at again (every scan starts at
-            # pos): drop it, so a long body costs O(its length), not O(length^2).
-            self.buf, self.pos = text, 0
+        if self.pos:
+            # What is before pos is read and never looked at again (every scan starts at
+            # pos): drop it, so the buffer holds only what a head or closer may still need
+            # and a long body costs O(its length), not O(length^2).
+            self.buf, self.pos = self.buf[self.pos :] + text, 0
         else:
             self.buf += text
         events: list[Event] = []
@@ -234,7 +235,7 @@ class BodyReader:
 
     def _deepseek_head(self, events: list[Event]) -> None:
         buf = self.buf
-        at = buf.find(_DS_CALL, self.pos)
+        at = self._find_call(_DS_CALL)
         if at < 0:
             return
         sep = buf.find(_DS_SEP, at)
@@ -253,10 +254,18 @@ class BodyReader:
         self._new_call(buf[sep + len(_DS_SEP) : line].strip(), events)
         self._open = True
 
+    def _find_call(self, marker: str) -> int:
+        """Where ``marker`` (a call's opening) starts at or after ``pos``, or -1; then text
+        that cannot hold its start is read (only a possible prefix of it stays)."""
+        at = self.buf.find(marker, self.pos)
+        if at < 0:
+            self.pos = max(self.pos, len(self.buf) - len(marker) + 1)
+        return at
+
     def _deepseek_v31_head(self, events: list[Event]) -> None:
         """V3.1: ``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>`` then the JSON arguments."""
         buf = self.buf
-        at = buf.find(_DS_CALL, self.pos)
+        at = self._find_call(_DS_CALL)
         sep = buf.find(_DS_SEP, at) if at >= 0 else -1
         if sep < 0:
             return
@@ -267,7 +276,7 @@ class BodyReader:
     def _kimi_head(self, events: list[Event]) -> None:
         """Kimi K2: ``<|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>`` then the JSON."""
         buf = self.buf
-        at = buf.find(_KIMI_CALL, self.pos)
+        at = self._find_call(_KIMI_CALL)
         sep = buf.find(_KIMI_ARGS, at) if at >= 0 else -1
         if sep < 0:
             return
