@@ -100,15 +100,8 @@ class ByteLevelStream(StreamDecoder):
         self.idle = True  # no tail
 
     def _decode(self, data: bytes) -> str:
-        # codecs.utf_8_decode with final=False is the C core of the incremental decoder:
-        # it stops before an incomplete-but-possibly-valid tail and says where.
-        text, used = _utf8_decode(data, "replace", False)
-        tail = data[used:]
-        if tail and surrogate_prefix(tail):
-            text += "\ufffd" * len(tail)
-            tail = b""
-        self._tail = tail
-        self.idle = not tail
+        text, self._tail = _settle(data)
+        self.idle = not self._tail
         return text
 
     def feed_one(self, i: int) -> str:
@@ -171,16 +164,22 @@ class ByteLevelStream(StreamDecoder):
 JOINS_MAX = 1 << 13  # TokenTable.joins entries; past that the dict starts again
 
 
-def join(joins: dict[bytes, tuple[str, bytes]], data: bytes) -> tuple[str, bytes]:
-    """``data`` (a held tail and the next piece) decoded as ``ByteLevelStream._decode``
-    decodes it: (settled text, tail still held); recorded in ``joins``."""
+def _settle(data: bytes) -> tuple[str, bytes]:
+    """``data`` decoded as far as no later byte can change it: (settled text, tail still held)."""
+    # codecs.utf_8_decode with final=False is the C core of the incremental decoder:
+    # it stops before an incomplete-but-possibly-valid tail and says where.
     text, used = _utf8_decode(data, "replace", False)
     tail = data[used:]
     if tail and surrogate_prefix(tail):
-        text, tail = text + "\ufffd" * len(tail), b""
+        return text + "\ufffd" * len(tail), b""
+    return text, tail
+
+
+def join(joins: dict[bytes, tuple[str, bytes]], data: bytes) -> tuple[str, bytes]:
+    """``_settle(data)`` for a held tail and the next piece, recorded in ``joins``."""
     if len(joins) >= JOINS_MAX:
         joins.clear()
-    joins[data] = got = (text, tail)
+    joins[data] = got = _settle(data)
     return got
 
 
