@@ -152,7 +152,7 @@ def text_path(model, requests, recorded, repeats: int) -> None:
         return ([StoppingCriteria.from_pb(r.stopping_parameters, tok) for r in requests],
                 [list(p) for p in prompts], [[len(p) - 5, len(p)] for p in prompts])  # from_pb's offsets
 
-    def stock(state: tuple, texts: list[list[str]] | None = None) -> int:
+    def stock(state: tuple) -> int:
         criterias, all_ids, offsets = state
         decode = model.decode_token
         spent = 0
@@ -165,14 +165,14 @@ def text_path(model, requests, recorded, repeats: int) -> None:
                 criterias[k](tid, text)
                 if t == len(ids[k]) - 1:  # generated_text
                     decode(seq, len(seq) - t - 2, len(seq) - t - 1, skip_special_tokens=True)
-                if texts is not None:
-                    texts[k].append(text)
             spent += clock() - t0
         return spent
 
-    # TGI's own text of every id, which the records TGI's step builds carry (rewrite replaces it).
+    # TGI's own text of every id, which the records TGI's step builds carry (rewrite replaces
+    # it): one untimed stock pass whose criteria keep the text TGI hands them.
     tgi_texts: list[list[str]] = [[] for _ in requests]
-    stock(stock_setup(), tgi_texts)
+    _, all_ids, offsets = stock_setup()
+    stock(([lambda _tid, text, keep=texts.append: keep(text) for texts in tgi_texts], all_ids, offsets))
 
     def records(t: int, live: list[int]) -> list:
         """Step t's Generation records, built as TGI's step builds them (fresh, with TGI's text)."""
