@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from detok_plugin.integrations._reasoning_stream import RestTexts
-from detok_plugin.integrations._tool_stream import BodyReader, reader_for
+from detok_plugin.integrations._tool_stream import BodyReader, Event, reader_for
 from detok_plugin.integrations._xml_stream import XmlBodyReader
 from vllm.entrypoints.generate.base.protocol import DeltaMessage
 from vllm.renderers.chat_utils import make_tool_call_id
@@ -36,9 +36,12 @@ logger = logging.getLogger("vllm.detok_plugin")
 class Parts:
     """One delta's pieces; tool-call pieces of one call merge into one DeltaToolCall.
 
-    Tool calls are kept as the dicts vLLM's ``DeltaToolCall`` is validated from (the same
-    fields set, so the same JSON): ``DeltaMessage`` builds the models in one validation,
-    a third cheaper than building each model first (three per tool-call step)."""
+    Tool calls are kept as the dicts vLLM's ``DeltaToolCall`` is validated from, with the
+    fields vLLM's own parsers set (``hermes``): a call's first delta sets ``id``, ``type``,
+    ``index`` and the function's ``name``; a later one ``index`` and the function's
+    ``arguments``. vLLM streams each chunk with ``exclude_unset``, so a client sees the same
+    JSON. ``DeltaMessage`` builds the models in one validation, a third cheaper than
+    building each model first."""
 
     __slots__ = ("reasoning", "content", "tools")
 
@@ -50,11 +53,13 @@ class Parts:
     def tool(self, index: int, *, id: str | None = None, name: str | None = None, args: str = "") -> None:
         call = self.tools.get(index)
         if call is None:
-            fn = {"name": name, "arguments": args} if name is not None else {"arguments": args}
-            self.tools[index] = {"index": index, "id": id, "type": "function" if id else None, "function": fn}
-            return
-        fn = call["function"]
-        fn["arguments"] = (fn["arguments"] or "") + args
+            call = self.tools[index] = {"index": index, "function": {}}
+            if name is not None:
+                call.update(id=id, type="function")
+                call["function"]["name"] = name
+        if args:
+            fn = call["function"]
+            fn["arguments"] = fn.get("arguments", "") + args
 
     def message(self, request: Any) -> DeltaMessage | None:
         fields: dict[str, Any] = {}
@@ -128,10 +133,23 @@ class Channels:
                     return DeltaMessage(content=text)
                 if channel == REASONING:
                     return DeltaMessage(reasoning=text) if getattr(request, "include_reasoning", True) else None
-                parts = Parts()
-                self._body_text(self.state._rest_tool_text(text), text, parts)  # noqa: SLF001
-                return parts.message(request)
+                return self._rest_tool(text, request)
         return self.step(ids, finished).message(request)
+
+    def _rest_tool(self, text: str, request: Any) -> DeltaMessage | None:
+        """A shortcut id's text in a tool body (streaming): most often a piece of one
+        call's arguments, one DeltaToolCall."""
+        index = self.state._rest_tool_text(text)  # noqa: SLF001
+        if not self.body_open:
+            self._open_body(index)
+        self.body.append(text)
+        events = self.reader.feed(text)  # type: ignore[union-attr]  # an open body has its reader
+        if len(events) == 1 and events[0][1] is None:
+            k, _, args = events[0]
+            return DeltaMessage(tool_calls=[{"index": self.base + k, "function": {"arguments": args}}])
+        parts = Parts()
+        self._send(events, parts)
+        return parts.message(request)
 
     def step(self, ids: Sequence[int], finished: bool) -> Parts:
         parts = Parts()
@@ -203,7 +221,11 @@ class Channels:
         assert self.reader is not None
         if not self.streaming:
             return
-        for k, name, args in self.reader.feed(text):
+        self._send(self.reader.feed(text), parts)
+
+    def _send(self, events: list[Event], parts: Parts) -> None:
+        """A body reader's events as the delta's tool-call pieces."""
+        for k, name, args in events:
             if name is not None:
                 parts.tool(self.base + k, id=self._new_id(name), name=name)
                 self.sent += 1

@@ -109,6 +109,16 @@ class BodyReader:
     def feed(self, text: str) -> list[Event]:
         if self._dead:
             return []  # nothing more streams: the body is sent whole at its close
+        if self._depth:
+            # Inside an arguments value, all read so far (a scan stops early only at the
+            # value's last bracket, which ends it): the common piece is sent whole.
+            _, depth, in_str, esc, closed = _scan_piece(text, self._depth, self._in_str, self._esc)
+            if not closed:
+                self._depth, self._in_str, self._esc = depth, in_str, esc
+                self.buf, self.pos = "", 0
+                events: list[Event] = []
+                self._send(text, events)
+                return events
         if self.pos:
             # What is before pos is read and never looked at again (every scan starts at
             # pos): drop it, so the buffer holds only what a head or closer may still need
@@ -116,7 +126,7 @@ class BodyReader:
             self.buf, self.pos = self.buf[self.pos :] + text, 0
         else:
             self.buf += text
-        events: list[Event] = []
+        events = []
         while not self._dead:
             before = (self.pos, self.calls, self._open)
             if self._key:
@@ -344,6 +354,23 @@ def _scan_value(buf: str, pos: int, depth: int, in_str: bool, esc: bool) -> tupl
             if depth == 0:
                 return pos, depth, in_str, esc, True
     return pos, depth, in_str, esc, False
+
+
+#: ``_scan_piece``'s memo: a piece's scan depends on its text and the scan's state only, so
+#: it is shared by every reader; bounded, started again when full.
+_SCANS: dict[tuple[str, int, bool, bool], tuple[int, int, bool, bool, bool]] = {}
+_SCANS_MAX = 16384
+
+
+def _scan_piece(text: str, depth: int, in_str: bool, esc: bool) -> tuple[int, int, bool, bool, bool]:
+    """``_scan_value(text, 0, depth, in_str, esc)``, remembered."""
+    key = (text, depth, in_str, esc)
+    scan = _SCANS.get(key)
+    if scan is None:
+        if len(_SCANS) >= _SCANS_MAX:
+            _SCANS.clear()
+        scan = _SCANS[key] = _scan_value(text, 0, depth, in_str, esc)
+    return scan
 
 
 def _mistral_layout(text: str) -> Literal["json", "v11", "unknown"]:

@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("vllm")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from detok_plugin.integrations import _tool_stream  # noqa: E402
 from detok_plugin.integrations._tool_stream import BodyReader  # noqa: E402
 
 N = 20_000
@@ -79,3 +80,14 @@ def test_a_long_body_in_small_pieces_keeps_no_string_that_grows_with_it(case: st
         assert reader.args == ["".join(sent)]
     else:
         assert reader.calls == 1 and "".join(sent) == "" and reader.done == [False]
+
+
+def test_the_piece_scan_memo_is_bounded() -> None:
+    """Scans of argument pieces are remembered for every reader; distinct pieces without
+    end do not grow the memo past its bound."""
+    reader = BodyReader("hermes")
+    reader.feed('{"name": "f", "arguments": {"a": "')
+    for i in range(_tool_stream._SCANS_MAX + 100):
+        assert reader.feed(f"x{i}") == [(0, None, f"x{i}")]
+    assert len(_tool_stream._SCANS) <= _tool_stream._SCANS_MAX
+    assert reader.feed('"}}') == [(0, None, '"}')]

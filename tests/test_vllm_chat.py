@@ -564,6 +564,29 @@ def test_agrees_with_vllms_own_parser(family: str, step: int) -> None:
     assert ours.calls() == stock.calls()
 
 
+def _wire_shapes(seen: Chat) -> set[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Each tool-call delta as vLLM streams it (``exclude_unset``): the fields it sets,
+    and its function's."""
+    shapes = set()
+    for d in seen.deltas:
+        for tc in d.model_dump(exclude_unset=True).get("tool_calls", ()) if d is not None else ():
+            shapes.add((tuple(sorted(tc)), tuple(sorted(tc.get("function") or ()))))
+    return shapes
+
+
+@pytest.mark.parametrize("family", ["qwen3", "deepseek_v31"])
+def test_tool_call_deltas_set_the_fields_vllms_parser_sets(family: str) -> None:
+    """A client sees the JSON vLLM's own parser sends: the first delta of a call carries
+    its id, type and name, the others its index and a piece of its arguments (no
+    ``"id": null``)."""
+    fam = FAMILIES[family]
+    assert fam.stock is not None
+    out = answer(fam)
+    ours = _wire_shapes(chat(fam, out))
+    assert ours == _wire_shapes(chat(fam, out, plugin=False, names=fam.stock))
+    assert ours == {(("function", "id", "index", "type"), ("name",)), (("function", "index"), ("arguments",))}
+
+
 def _stock_wrong(family: str, out: list[int], step: int = 1) -> tuple[Chat, Split]:
     fam = FAMILIES[family]
     want = oracle(fam, out)
