@@ -134,8 +134,33 @@ class Boundary:
 
     # --- settled text -------------------------------------------------------------------
 
+    def _passed(self, text: str) -> str | None:
+        """What an id's settled ``text`` releases where no pattern completes in it and the
+        decoder holds nothing that may complete a stop (``_held_may_stop_now``), else None
+        (``_take`` decides). ``text`` leaves whole when no pattern is partly matched and
+        none can start in it; else a scan of this text from this node remembered with no
+        match (``Matcher.steps``) says what leaves and what is held."""
+        if self._cfg.has_stops[self._mode] and self._dec.holds() and self._held_may_stop_now():
+            return None
+        if not text:
+            return text
+        ac = self._ac
+        if ac is None or (self._ac_state == 0 and ac.first.search(text) is None):
+            released = text
+        else:
+            step = ac.steps[self._ac_state].get(text)
+            if step is None:
+                return None
+            released, self._ac_state, self._pending = step
+        self._early = ""  # as in _take: settled text ends what showed by min_tokens
+        return released
+
     def _take_settled(self, text: str, out: Out) -> None:
         """One token's settled text through the boundary, then the provisional stop check."""
+        released = self._passed(text)
+        if released is not None:
+            self._emit(released, out)
+            return
         if text:
             self._take(text, out)
         if self.finish_reason is None and self._cfg.has_stops[self._mode] and self._dec.holds():
@@ -153,9 +178,12 @@ class Boundary:
             if ac is None:
                 self._emit(text, out)
                 return
-            node, hit = ac.scan(self._ac_state, text)
+            start = self._ac_state
+            node, hit = ac.scan(start, text)
             if hit is None:
-                self._emit(self._advance(node, text), out)
+                released = self._advance(node, text)
+                ac.remember(start, text, Step(released, node, self._pending))
+                self._emit(released, out)
                 return
             index, end = hit
             pattern = self._cfg.patterns[self._mode][index]

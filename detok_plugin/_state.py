@@ -358,37 +358,28 @@ class DetokenizerState(Router, Boundary):
 
     def _push_one(self, tid: int) -> Delta:
         """``_step`` of one checked id that is no stop id or id tag, with nothing of the
-        prompt to skip, without an ``Out`` when its text passes the boundary untouched."""
+        prompt to skip, without an ``Out`` when nothing at the boundary acts on its text."""
         self.token_ids.append(tid)
         text = self._dec.feed_one(tid)
-        if self._passes(text):
+        limit = self._max_tokens
+        # A tool body's text goes to the body (an Out); the length limit ends the stream.
+        quiet = not (text and self._mode == TOOL) and (limit is None or len(self.token_ids) < limit)
+        released = self._passed(text) if quiet else None
+        if released is not None:
             self._settled()
-            if not text:  # most pieces of a split character
+            if not released:  # most pieces of a split character
                 return ONE_EMPTY
             if self._keep_log:
-                self._log_text.append(text)
+                self._log_text.append(released)
                 self._log_kind.append(self._mode)
             channel = self._channel()
             if channel == CONTENT:
-                return TEXT_DELTAS.get(text) or text_delta(text)
-            return reasoning_delta(text) if channel == REASONING else ONE_EMPTY
+                return TEXT_DELTAS.get(released) or text_delta(released)
+            return reasoning_delta(released) if channel == REASONING else ONE_EMPTY
         self._settle(text, out := Out())
         if self.finish_reason is None and out.empty():
             return ONE_EMPTY
         return self._delta(out, 1)
-
-    def _passes(self, text: str) -> bool:
-        """Nothing at the boundary can touch ``text``: it is empty, or content or
-        reasoning; no pattern is partly matched or can start in it, the length limit is
-        not reached, and nothing the decoder holds can complete a stop."""
-        mode, ac, limit = self._mode, self._ac, self._max_tokens
-        return (
-            (mode != TOOL or not text)
-            and self._ac_state == 0
-            and (ac is None or not text or ac.first.search(text) is None)
-            and (limit is None or len(self.token_ids) < limit)
-            and not (self._cfg.has_stops[mode] and self._dec.holds() and self._held_may_stop_now())
-        )
 
     def _settle(self, text: str, out: Out) -> None:
         """Steps (3)-(5) for an id ``_push_one`` took, and closing on a finish."""
