@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._delta import CONTENT, REASONING, TAG, TOOL, Out
+from ._delta import CONTENT, ONE_EMPTY, REASONING, TAG, TEXT_DELTAS, TOOL, Delta, Out, reasoning_delta, text_delta, tool_delta
 from ._tags import ToolCall, parse_tool_body
 
 if TYPE_CHECKING:
@@ -89,6 +89,19 @@ class Router:
         elif channel == TOOL:
             self._tool_body.append(text)
             out.tools.append(ToolCall(self._tool_index, text))
+
+    def _emit_one(self, text: str) -> Delta:
+        """``_emit`` of one id's released text, as that push's Delta (no ``Out``)."""
+        self._log(self._mode, text)
+        channel = self._channel()
+        if channel == CONTENT:
+            return TEXT_DELTAS.get(text) or text_delta(text)
+        if channel == REASONING:
+            return reasoning_delta(text)
+        if channel == TOOL:
+            self._tool_body.append(text)
+            return tool_delta(ToolCall(self._tool_index, text))
+        return ONE_EMPTY
 
     def _switch(self, pattern: Pattern, out: Out) -> None:
         """A complete tag: log its text and change mode."""

@@ -79,6 +79,11 @@ def reasoning_delta(text: str) -> Delta:
     return _tuple_new(Delta, ("", text, (), None, None, 1))
 
 
+def tool_delta(call: ToolCall) -> Delta:
+    """``Delta(tool_calls=(call,), consumed=1)``, built as the tuple it is."""
+    return _tuple_new(Delta, ("", "", (call,), None, None, 1))
+
+
 @dataclass(frozen=True, slots=True)
 class Segment:
     """One piece of the lossless log: joined, the pieces are the full decode up to the stop."""

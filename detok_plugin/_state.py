@@ -48,14 +48,12 @@ from ._delta import (
     REASONING,
     TAG,
     TEXT_DELTAS,
-    TOOL,
     Delta,
     FinishReason,
     Out,
     Reasoning,
     Segment,
     Tools,
-    reasoning_delta,
     text_delta,
 )
 from ._errors import StreamFinishedError
@@ -362,20 +360,12 @@ class DetokenizerState(Router, Boundary):
         self.token_ids.append(tid)
         text = self._dec.feed_one(tid)
         limit = self._max_tokens
-        # A tool body's text goes to the body (an Out); the length limit ends the stream.
-        quiet = not (text and self._mode == TOOL) and (limit is None or len(self.token_ids) < limit)
-        released = self._passed(text) if quiet else None
+        released = self._passed(text) if limit is None or len(self.token_ids) < limit else None
         if released is not None:
             self._settled()
             if not released:  # most pieces of a split character
                 return ONE_EMPTY
-            if self._keep_log:
-                self._log_text.append(released)
-                self._log_kind.append(self._mode)
-            channel = self._channel()
-            if channel == CONTENT:
-                return TEXT_DELTAS.get(released) or text_delta(released)
-            return reasoning_delta(released) if channel == REASONING else ONE_EMPTY
+            return self._emit_one(released)
         self._settle(text, out := Out())
         if self.finish_reason is None and out.empty():
             return ONE_EMPTY
