@@ -118,9 +118,12 @@ class Channels:
 
     def message(self, ids: Sequence[int], finished: bool, request: Any) -> DeltaMessage | None:
         """``step(ids, finished).message(request)``; a live step of one id that the stream
-        takes at rest is the lookup alone (``RestTexts``: what the core would do)."""
+        takes at rest is the lookup alone (``RestTexts``: what the core would do), and any
+        other live step of one id is ``_one``."""
         rest = self._rest
-        if rest is not None and not finished and len(ids) == 1 and (tid := ids[0]).__class__ is int:
+        if finished or len(ids) != 1 or (tid := ids[0]).__class__ is not int:
+            return self.step(ids, finished).message(request)
+        if rest is not None:
             text = rest.get(tid)
             if text is None and tid not in rest:  # an id not seen at rest in this mode yet
                 text = self._rests.learn(self.state._mode, tid)  # type: ignore[union-attr]  # noqa: SLF001
@@ -134,7 +137,21 @@ class Channels:
                 if channel == REASONING:
                     return DeltaMessage(reasoning=text) if getattr(request, "include_reasoning", True) else None
                 return self._rest_tool(text, request)
-        return self.step(ids, finished).message(request)
+        return self._one(ids, request)
+
+    def _one(self, ids: Sequence[int], request: Any) -> DeltaMessage | None:
+        """A live step of one id off the shortcut: what the core released; content alone
+        (or nothing, as for most pieces of a split character) is one DeltaMessage."""
+        if self.state.finished:
+            return None
+        delta = self._push(ids)
+        if not (delta.reasoning or delta.tool_calls):
+            self._caught_up()
+            return DeltaMessage(content=delta.text) if delta.text else None
+        parts = Parts()
+        self._take(delta, parts, at_end=False)
+        self._caught_up()
+        return parts.message(request)
 
     def _rest_tool(self, text: str, request: Any) -> DeltaMessage | None:
         """A shortcut id's text in a tool body (streaming): most often a piece of one

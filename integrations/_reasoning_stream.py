@@ -124,19 +124,19 @@ class ReasoningAwareStream:
     with reasoning and tool tags inline and stops that skip reasoning and tool bodies.
 
     The joined text is ``decode(prompt + out)[len(decode(prompt)):]``, cut at the first
-    stop string that completes *outside* reasoning and tool-call bodies. ``token_ids`` is this stream's own list
-    of the ids taken (up to the one that completed a stop).
+    stop string that completes *outside* reasoning and tool-call bodies. ``token_ids`` is the
+    core's list of the ids taken (up to the one that completed a stop): the shortcut and an
+    unknown id append to it, as the core would.
     """
 
     # What the common id reads comes first.
-    __slots__ = ("_rest", "_mode", "_rests", "_slow", "token_ids", "_ids", "finish_reason", "stop_reason", "_state", "_on_unknown")
+    __slots__ = ("_rest", "_mode", "_rests", "_slow", "token_ids", "finish_reason", "stop_reason", "_state", "_on_unknown")
 
     def __init__(
         self, state: DetokenizerState, on_unknown_id: Callable[[TokenIdError], None] | None = None, rest: RestTexts | None = None
     ) -> None:
         self._state = state
-        self._ids = state.token_ids  # the core's count (min_tokens), fed on the shortcut too
-        self.token_ids: list[int] = []
+        self.token_ids = state.token_ids  # one list: the core counts it (min_tokens)
         self.finish_reason: str | None = None
         self.stop_reason: str | int | None = None
         self._on_unknown = on_unknown_id
@@ -175,7 +175,6 @@ class ReasoningAwareStream:
             if text is None and token_id not in rest:  # an id not seen at rest in this mode yet
                 text = self._rests.learn(self._mode, token_id)  # type: ignore[union-attr]
             if text is not None and token_id not in self._slow:
-                self._ids.append(token_id)
                 self.token_ids.append(token_id)
                 return text
         state = self._state
@@ -187,10 +186,8 @@ class ReasoningAwareStream:
             self._on_unknown(exc)
             # Counted (by the core too: min_tokens and max_tokens count it, as vLLM and
             # ServingStream do), rendered as the decode renders it.
-            self._ids.append(token_id)
             self.token_ids.append(token_id)
             return ""
-        self.token_ids.append(token_id)
         self.finish_reason = delta.finish_reason
         self.stop_reason = delta.stop_reason
         self._caught_up()
