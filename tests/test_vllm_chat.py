@@ -29,6 +29,7 @@ import tokenizer_zoo  # noqa: E402
 from detok_plugin.integrations import vllm as shim  # noqa: E402
 from detok_plugin.integrations import vllm_chat  # noqa: E402
 from detok_plugin.integrations._reasoning_stream import RestTexts  # noqa: E402
+from vllm.entrypoints.generate.base.protocol import DeltaMessage  # noqa: E402
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
 from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor  # noqa: E402
 from vllm.parser import ParserManager  # noqa: E402
@@ -585,6 +586,24 @@ def test_tool_call_deltas_set_the_fields_vllms_parser_sets(family: str) -> None:
     ours = _wire_shapes(chat(fam, out))
     assert ours == _wire_shapes(chat(fam, out, plugin=False, names=fam.stock))
     assert ours == {(("function", "id", "index", "type"), ("name",)), (("function", "index"), ("arguments",))}
+
+
+@pytest.mark.parametrize("family", ["qwen3", "deepseek_r1"])
+def test_each_delta_is_the_one_deltamessage_builds(family: str) -> None:
+    """The parser builds its deltas through DeltaMessage's validator (``new_delta``): each
+    is equal to ``DeltaMessage(**fields)`` of what it sets, sets the same fields and
+    dumps the same JSON, tool calls included."""
+    fam = FAMILIES[family]
+    seen = chat(fam, answer(fam), stop=["quoted"])
+    deltas = [d for d in seen.deltas if d is not None]
+    assert any(d.tool_calls for d in deltas) and any(d.reasoning for d in deltas) and any(d.content for d in deltas)
+    for d in deltas:
+        assert type(d) is DeltaMessage
+        fields = d.model_dump(exclude_unset=True)
+        built = DeltaMessage(**fields)
+        assert built == d and built.model_fields_set == d.model_fields_set
+        assert [tc.model_fields_set for tc in built.tool_calls] == [tc.model_fields_set for tc in d.tool_calls]
+        assert built.model_dump_json(exclude_unset=True) == d.model_dump_json(exclude_unset=True)
 
 
 def _stock_wrong(family: str, out: list[int], step: int = 1) -> tuple[Chat, Split]:
