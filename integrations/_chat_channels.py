@@ -102,12 +102,12 @@ class Channels:
             stop_in_reasoning=not _detokenizer_is_ours(),
             keep_log=False,
         )
-        self.stop_ids = _stop_ids(parser.model_tokenizer, request)
+        self.request = request
         self.include_stop = bool(getattr(request, "include_stop_str_in_output", False))
         self.sent = 0  # tool calls whose header went out
         self.base = 0  # OpenAI index of the current body's first call
         self.body: list[str] = []
-        self.tools = _tool_dicts(request)
+        self._schema: list[dict[str, Any]] | object | None = _UNREAD  # the request's tools, read by _tools()
         self.typed: list[tuple[str, str]] | None = None  # the current body's calls, typed by the schema
         self.reader: BodyReader | XmlBodyReader | None = None
         self.body_index = -1  # the core's index of the current body's first call
@@ -176,7 +176,7 @@ class Channels:
 
     def step(self, ids: Sequence[int], finished: bool) -> Parts:
         parts = Parts()
-        if finished and ids and ids[-1] in self.stop_ids and not self.include_stop:
+        if finished and ids and not self.include_stop and ids[-1] in _stop_ids(self.parser.model_tokenizer, self.request):
             ids = ids[:-1]  # the stop token or EOS that ended it: no text, as the detokenizer
         if ids and not self.state.finished:
             self._take(self._push(ids), parts, at_end=False)
@@ -261,7 +261,7 @@ class Channels:
         self.base = self.sent
         self.body = []
         self.typed = None
-        self.reader = reader_for(self.tags.tool_format, self.tools)
+        self.reader = reader_for(self.tags.tool_format, self._tools())
 
     def _complete(self, call: Any, parts: Parts, at_end: bool) -> None:
         if not self.body_open:
@@ -296,9 +296,19 @@ class Channels:
         if self.tags.tool_format not in _SCHEMA_TYPED:
             return call
         if self.typed is None:
-            self.typed = parse_tool_body("".join(self.body).strip(), self.tags.tool_format, tools=self.tools)
+            self.typed = parse_tool_body("".join(self.body).strip(), self.tags.tool_format, tools=self._tools())
         name, arguments = self.typed[k]
         return _Call(name, arguments)
+
+    def _tools(self) -> list[dict[str, Any]] | None:
+        """The request's tools as plain dicts where the format types values by their schema
+        (XML formats), else None: made once, when a body first needs them (a request's
+        schemas may be large, and most formats never read them)."""
+        if self.tags.tool_format not in _SCHEMA_TYPED:
+            return None
+        if self._schema is _UNREAD:
+            self._schema = _tool_dicts(self.request)
+        return self._schema  # type: ignore[return-value]
 
     def _new_id(self, name: str) -> str:
         state = self.parser._stream_state  # noqa: SLF001 (the Parser base's own state)
@@ -321,6 +331,7 @@ _ALPHANUMERIC = string.ascii_letters + string.digits
 
 
 _SCHEMA_TYPED = ("qwen3_xml", "glm45")
+_UNREAD = object()
 
 
 class _Call(NamedTuple):
@@ -376,6 +387,9 @@ def _stops(request: Any) -> tuple[str, ...]:
 
 
 def _stop_ids(tokenizer: Any, request: Any) -> frozenset[int]:
+    """The ids that end a request without text: its stop token ids and the tokenizer's EOS
+    (read at the finish only: a Hugging Face tokenizer's ``eos_token_id`` costs about a
+    microsecond)."""
     ids = set(getattr(request, "stop_token_ids", None) or ())
     eos = getattr(tokenizer, "eos_token_id", None)
     if isinstance(eos, int):
