@@ -13,6 +13,7 @@ vLLM's stock one, stops cut anywhere, and so here too (``stop_in_reasoning=True`
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import string
@@ -193,8 +194,10 @@ class Channels:
             return
         state = self.state
         mode = state._mode_at_rest()  # noqa: SLF001
+        if mode < 0:
+            return
         channel = state._channel()  # noqa: SLF001
-        if mode >= 0 and channel in (CONTENT, REASONING, TOOL):
+        if channel in (CONTENT, REASONING, TOOL):
             self._rest = self._rests.by_mode[mode]
             self._channel = channel
 
@@ -369,6 +372,12 @@ def live_tags(parser: Any, request: Any) -> TagSet | None:
         and bool(getattr(request, "tools", None))
         and getattr(request, "tool_choice", None) != "none"
     )
+    return _live(tags, reasoning, tools)
+
+
+@functools.cache
+def _live(tags: TagSet, reasoning: bool, tools: bool) -> TagSet | None:
+    """``tags`` with the halves not live left out (one TagSet per combination)."""
     if not reasoning and not tools:
         return None
     return TagSet(

@@ -463,6 +463,7 @@ class _PatchState:
 _Patch = _PatchState()
 
 
+@functools.cache  # an ImportError is not cached: the next call tries again
 def _import_vllm() -> tuple[Any, Any]:
     try:
         from vllm.v1.engine import detokenizer, output_processor
