@@ -148,7 +148,7 @@ class Chat:
 def chat(
     fam: Family, out: Sequence[int], *, step: int = 1, stop: list[str] | None = None,
     plugin: bool = True, names: tuple[str | None, str] | None = None, tools: bool = True,
-    prompt: str | None = None, **fields: Any,
+    prompt: str | None = None, finish: FinishReason = FinishReason.LENGTH, **fields: Any,
 ) -> Chat:
     """Replay ``out`` through OutputProcessor and the chat layer; return what was streamed."""
     tok = tokenizer(fam.tokenizer)
@@ -158,14 +158,14 @@ def chat(
         shim.register()
         vllm_chat.register_chat_parsers()  # the names, also with the detokenizer off
         try:
-            return _replay(fam, tok, out, step, stop, names or fam.names, tools, prompt or fam.prompt, fields)
+            return _replay(fam, tok, out, step, stop, names or fam.names, tools, prompt or fam.prompt, fields, finish)
         finally:
             shim.unregister()
 
 
 def _replay(
     fam: Family, tok: Any, out: Sequence[int], step: int, stop: Any, names: Any, tools: bool, prompt_text: str,
-    fields: dict[str, Any],
+    fields: dict[str, Any], finish: FinishReason = FinishReason.LENGTH,
 ) -> Chat:
     r_name, t_name = names
     parser_cls = ParserManager.get_parser(
@@ -191,7 +191,7 @@ def _replay(
     for i in range(0, len(out), step):
         done = i + step >= len(out)
         outputs = [EngineCoreOutput(request_id="r", new_token_ids=list(out[i : i + step]),
-                                    finish_reason=FinishReason.LENGTH if done else None)]
+                                    finish_reason=finish if done else None)]
         processed = op.process_outputs(outputs)
         for ro in processed.request_outputs:
             for co in ro.outputs:
@@ -586,6 +586,21 @@ def test_tool_call_deltas_set_the_fields_vllms_parser_sets(family: str) -> None:
     ours = _wire_shapes(chat(fam, out))
     assert ours == _wire_shapes(chat(fam, out, plugin=False, names=fam.stock))
     assert ours == {(("function", "id", "index", "type"), ("name",)), (("function", "index"), ("arguments",))}
+
+
+@pytest.mark.parametrize("skip", [True, False])
+@pytest.mark.parametrize("step", STEPS)
+def test_the_eos_that_ends_a_reply_is_no_text(step: int, skip: bool) -> None:
+    """A reply ended by the tokenizer's EOS (a stop the engine core found): neither the
+    detokenizer's text nor the parser's channels show it, whether or not special tokens
+    are skipped; the call before it arrives whole."""
+    fam = FAMILIES["qwen3"]
+    tok = tokenizer(fam.tokenizer)
+    out = answer(fam) + [tok.eos_token_id]
+    seen = chat(fam, out, step=step, finish=FinishReason.STOP, skip_special_tokens=skip)
+    assert tok.eos_token not in seen.detok_text
+    assert tok.eos_token not in seen.joined("content") + seen.joined("reasoning")
+    assert_channels(seen, oracle(fam, out[:-1]))
 
 
 @pytest.mark.parametrize("family", ["qwen3", "deepseek_r1"])
