@@ -511,7 +511,8 @@ def test_scan_memo_is_exact_shared_and_bounded(monkeypatch):
     monkeypatch.setattr(Matcher, "STEP_MEMO_LIMIT", 8)
     words = [f"w{k}" for k in range(20)]
     table = table_of("\n", *words)
-    stops = ("\n\nUser:",)
+    # A stop set of this test's own: its automaton (and memo) is shared with no other test.
+    stops = ("\n\nUser:", "scan-memo-test")
     text = "".join("\n" + w for w in words)
     ids = [i for k in range(len(words)) for i in (0, k + 1)]
     first = DetokenizerState.from_tokenizer(table, stop=stops, eos_token_ids=())
