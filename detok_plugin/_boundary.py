@@ -156,11 +156,17 @@ class Boundary:
         return released
 
     def _take_settled(self, text: str, out: Out) -> None:
-        """One token's settled text through the boundary, then the provisional stop check."""
+        """One token's settled text through the boundary: what ``_passed`` lets leave, else
+        ``_scan_settled``."""
         released = self._passed(text)
         if released is not None:
             self._emit(released, out)
             return
+        self._scan_settled(text, out)
+
+    def _scan_settled(self, text: str, out: Out) -> None:
+        """One token's settled text through the boundary's scan, then the provisional stop
+        check: for a caller that knows ``_passed`` would not let it leave."""
         if text:
             self._take(text, out)
         if self.finish_reason is None and self._cfg.has_stops[self._mode] and self._dec.holds():

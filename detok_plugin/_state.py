@@ -372,8 +372,9 @@ class DetokenizerState(Router, Boundary):
         return self._delta(out, 1)
 
     def _settle(self, text: str, out: Out) -> None:
-        """Steps (3)-(5) for an id ``_push_one`` took, and closing on a finish."""
-        self._take_settled(text, out)
+        """Steps (3)-(5) for an id ``_push_one`` took whose text ``_passed`` did not let
+        leave (or at the length limit), and closing on a finish."""
+        self._scan_settled(text, out)
         limit = self._max_tokens
         if self.finish_reason is None and limit is not None and len(self.token_ids) >= limit:
             self.finish_reason = "length"
