@@ -108,7 +108,6 @@ class Channels:
         self.sent = 0  # tool calls whose header went out
         self.base = 0  # OpenAI index of the current body's first call
         self.body: list[str] = []
-        self._schema: list[dict[str, Any]] | object | None = _UNREAD  # the request's tools, read by _tools()
         self.typed: list[tuple[str, str]] | None = None  # the current body's calls, typed by the schema
         self.reader: BodyReader | XmlBodyReader | None = None
         self.body_index = -1  # the core's index of the current body's first call
@@ -264,7 +263,7 @@ class Channels:
         self.base = self.sent
         self.body = []
         self.typed = None
-        self.reader = reader_for(self.tags.tool_format, self._tools())
+        self.reader = reader_for(self.tags.tool_format, self.tools)
 
     def _complete(self, call: Any, parts: Parts, at_end: bool) -> None:
         if not self.body_open:
@@ -299,19 +298,16 @@ class Channels:
         if self.tags.tool_format not in _SCHEMA_TYPED:
             return call
         if self.typed is None:
-            self.typed = parse_tool_body("".join(self.body).strip(), self.tags.tool_format, tools=self._tools())
+            self.typed = parse_tool_body("".join(self.body).strip(), self.tags.tool_format, tools=self.tools)
         name, arguments = self.typed[k]
         return _Call(name, arguments)
 
-    def _tools(self) -> list[dict[str, Any]] | None:
+    @functools.cached_property
+    def tools(self) -> list[dict[str, Any]] | None:
         """The request's tools as plain dicts where the format types values by their schema
         (XML formats), else None: made once, when a body first needs them (a request's
         schemas may be large, and most formats never read them)."""
-        if self.tags.tool_format not in _SCHEMA_TYPED:
-            return None
-        if self._schema is _UNREAD:
-            self._schema = _tool_dicts(self.request)
-        return self._schema  # type: ignore[return-value]
+        return _tool_dicts(self.request) if self.tags.tool_format in _SCHEMA_TYPED else None
 
     def _new_id(self, name: str) -> str:
         state = self.parser._stream_state  # noqa: SLF001 (the Parser base's own state)
@@ -334,7 +330,6 @@ _ALPHANUMERIC = string.ascii_letters + string.digits
 
 
 _SCHEMA_TYPED = ("qwen3_xml", "glm45")
-_UNREAD = object()
 
 
 class _Call(NamedTuple):
