@@ -69,7 +69,10 @@ def test_a_long_body_in_small_pieces_keeps_no_string_that_grows_with_it(case: st
         for _k, _name, args in reader.feed(body[at : at + 5]):
             sent.append(args)
         kept = max(kept, _longest_text_kept(reader))
-    assert kept <= 128, f"{kept} characters kept in one string"  # a head, a chunk: not the body
+    # A piece and a few characters held; a head (DeepSeek's, Kimi's) also holds its marker's
+    # possible start and, once the marker is found, the head up to its arguments: not the body.
+    bound = 64 if fmt == "hermes" else 128
+    assert kept <= bound, f"{kept} characters kept in one string"
     if fmt != "hermes":
         assert (reader.calls, reader.done, "".join(sent)) == (1, [True], ARGS)
         return
