@@ -10,7 +10,7 @@ Rows, all in this process on the same prompts:
 * ``DetokenizerState``: the reference layer, same options.
 * ``*_shared``: the same with one stop set every request shares (its automaton cached).
 
-Target (issue 18): a never-seen stop set at most 40 µs per request on both layers.
+Target: a never-seen stop set at most 40 µs per request on both layers.
 
 Run: ``.venv/bin/python benchmarks/bench_open.py [--requests 2000] [--tokenizers qwen3 mistral_v1]``
 """

@@ -20,7 +20,7 @@ Per server and setting it prints:
 * API-server CPU seconds per 1k output tokens (the server's main process, where vLLM's
   OutputProcessor and so the detokenizer run; the engine core is another process);
 
-and the ratios plugin/stock. Targets (issue 14): tokens/s plugin/stock >= 0.98; with
+and the ratios plugin/stock. Targets: tokens/s plugin/stock >= 0.98; with
 stops, no late characters and time to first visible character <= 0.3x stock.
 
     bash scripts/setup_vllm_engine.sh
