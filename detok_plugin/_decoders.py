@@ -344,6 +344,10 @@ class GenericStream(StreamDecoder):
        TGI's window grows without bound (O(N) per token).
     5. Change two: the window keeps ``CONTEXT`` tokens of the prompt, so decoders that
        look at neighbours (leading-space rules) see what they would see in a full decode.
+    6. Ids in ``skipped`` (those ``skip_special_tokens=True`` removes before the decoder
+       runs) never enter the window: the decode is the same without them, and a window
+       that began with them would show the decoder no neighbour, so it would decode the
+       next token as the text's first (WordPiece drops its space and keeps ``##``).
     """
 
     path = "generic"
@@ -352,11 +356,17 @@ class GenericStream(StreamDecoder):
     _CLEANUP_PREFIXES = (" n'", " n", " '", " ")
 
     def __init__(
-        self, decode: Callable[[list[int]], str], prompt_ids: Sequence[int], *, cleanup: bool = False
+        self,
+        decode: Callable[[list[int]], str],
+        prompt_ids: Sequence[int],
+        *,
+        cleanup: bool = False,
+        skipped: frozenset[int] = frozenset(),
     ) -> None:
         self._decode = decode
         self._cleanup = cleanup
-        self._ids = list(prompt_ids)
+        self._skipped = skipped
+        self._ids = [i for i in prompt_ids if i not in skipped] if skipped else list(prompt_ids)
         self._read = len(self._ids)
         self._prefix = max(0, self._read - self.CONTEXT)
         self._base = decode(self._ids[self._prefix : self._read])
@@ -390,6 +400,10 @@ class GenericStream(StreamDecoder):
         return out
 
     def feed(self, ids: Sequence[int]) -> str:
+        if self._skipped:
+            ids = [i for i in ids if i not in self._skipped]
+            if not ids:  # the decode would not change (step 6)
+                return ""
         self._ids.extend(ids)
         window = self._decode(self._ids[self._prefix :])
         # The held tail is measured on the whole window: a prompt that ends inside a

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import operator
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from ._decoders import ByteLevelStream, GenericStream, SentencePieceStream, StreamDecoder
@@ -79,7 +79,8 @@ def open_decoder(
         return str(_d(ids, **_k))
 
     cleanup = bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
-    dec = GenericStream(decode, prompt, cleanup=cleanup)
+    skipped = _skipped_ids(tokenizer, decode) if skip_special_tokens else frozenset()
+    dec = GenericStream(decode, prompt, cleanup=cleanup, skipped=skipped)
     return Opened(dec, None, None, size, prompt, 0, eos_token_ids_of(tokenizer), why, tokenizer)
 
 
@@ -146,6 +147,24 @@ def _vocab_size(tokenizer: Any) -> int:
         if isinstance(size, int):
             return size
     return 1 << 62
+
+
+def _skipped_ids(tokenizer: Any, decode: Callable[[list[int]], str]) -> frozenset[int]:
+    """The ids that ``decode`` (with ``skip_special_tokens=True``) removes before its decoder
+    runs, where the tokenizer says which: ``tokenizers`` drops its special added tokens,
+    transformers' Python tokenizers their ``all_special_ids``. Checked with one decode
+    (together they render nothing); empty where unknown, and then they stay in the window."""
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    try:
+        if callable(getattr(backend, "get_added_tokens_decoder", None)):
+            ids = [int(i) for i, t in backend.get_added_tokens_decoder().items() if t.special]
+        else:
+            ids = [int(i) for i in getattr(tokenizer, "all_special_ids", None) or ()]
+        if ids and decode(ids) == "":
+            return frozenset(ids)
+    except Exception:  # a decode-only tokenizer's own notion of special: leave it to its decode
+        pass
+    return frozenset()
 
 
 def _takes_kwarg(tokenizer: Any, name: str) -> bool:
