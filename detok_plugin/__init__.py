@@ -7,6 +7,8 @@ The core is pure Python and imports no framework. Start with
 
 from __future__ import annotations
 
+from . import families
+from ._chat import ChatParts, ChatStream, live_tags
 from ._delta import Delta, Segment
 from ._errors import (
     DetokError,
@@ -20,11 +22,15 @@ from ._serving import ServingStream
 from ._simple import IncrementalDetokenizer
 from ._state import DetokenizerState
 from ._tables import TokenTable, build_table, decode_with_table
-from ._tags import TagSet, ToolCall, parse_tool_body
+from ._tagged import TaggedServingStream
+from ._tags import TagSet, ToolCall
+from .families import parse_tool_body
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ChatParts",
+    "ChatStream",
     "Delta",
     "DetokError",
     "DetokenizerState",
@@ -33,6 +39,7 @@ __all__ = [
     "ServingStream",
     "StreamFinishedError",
     "TagSet",
+    "TaggedServingStream",
     "TokenIdError",
     "TokenTable",
     "TokenTypeError",
@@ -40,6 +47,8 @@ __all__ = [
     "UnsupportedTokenizerError",
     "build_table",
     "decode_with_table",
+    "families",
     "forget",
+    "live_tags",
     "parse_tool_body",
 ]

@@ -27,7 +27,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._delta import CONTENT, ONE_EMPTY, REASONING, TAG, TEXT_DELTAS, TOOL, Delta, Out, reasoning_delta, text_delta, tool_delta
-from ._tags import ToolCall, parse_tool_body
+from ._tags import ToolCall
+from .families import parse_tool_body
 
 if TYPE_CHECKING:
     from ._decoders import StreamDecoder

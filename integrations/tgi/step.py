@@ -1,7 +1,7 @@
 """The TGI shim inside TGI's step: the criteria subclass and the ``generate_token`` wrapper.
 
 Nothing here imports TGI: :func:`criteria_class` takes TGI's ``StoppingCriteria`` as the
-base, and :func:`wrap_generate_token` takes a stock ``generate_token``. ``tgi.install()``
+base, and :func:`wrap_generate_token` takes a stock ``generate_token``. ``install.install()``
 puts them in place. What one step does, for the requests whose criteria are ours:
 
 1. :func:`prepare` (before the stock step): a request seen for the first time gets its
@@ -22,12 +22,12 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from ._tgi_request import RequestText, Settings, log, open_stream
+from ._framework import STOCK_ATTR, log
+from .request import RequestText, Settings, open_stream
 
 __all__ = ["criteria_class", "prepare", "prompt_of", "rewrite", "wrap_generate_token"]
 
 #: Marks a wrapped ``generate_token`` and keeps the stock one.
-STOCK_ATTR = "__detok_stock__"
 
 
 class _Ours(RequestText):

@@ -1,12 +1,13 @@
-"""Switching a shim on when its framework is first imported, and the ``.pth`` line that arms it.
+"""Switching a shim on at interpreter start: the ``.pth`` line, its command, and the import hook.
 
-A regular install ships a one-line ``.pth`` file per shim; Python runs it at every
-interpreter start. With ``DETOK_PLUGIN=1`` it arms an :class:`ImportHook`: a finder at the
-front of ``sys.meta_path`` that costs nothing until the module it waits for (transformers'
-streamers, TGI's serving module) is imported, and then runs that module's real loader and
-the shim's install right after it, once. Nothing of the framework is imported early.
-
-Used by ``detok_plugin.integrations.transformers`` and ``detok_plugin.integrations.tgi``.
+A regular install ships a one-line ``.pth`` file per stack whose shim patches a framework
+in place (transformers, TGI); Python runs it at every interpreter start. The line costs a
+dict lookup unless ``DETOK_PLUGIN`` is set; set, it calls the stack's ``_startup()``, which
+arms an :class:`ImportHook`: a finder at the front of ``sys.meta_path`` that costs nothing
+until the module it waits for (transformers' streamers, TGI's serving module) is imported,
+and then runs that module's real loader and the shim's install right after it, once.
+Nothing of the framework is imported early. :func:`pth_command` is every stack's
+``python -m detok_plugin.integrations.<stack> {install-pth,remove-pth,show-pth}``.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["ImportHook", "manage_pth"]
+__all__ = ["PTH_ACTIONS", "ImportHook", "pth_command", "pth_line"]
 
 
 class ImportHook(importlib.abc.MetaPathFinder):
@@ -77,19 +78,44 @@ class _Loader(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-def manage_pth(action: str, target: Path, line: str, what: str) -> int:
-    """``install-pth``, ``remove-pth`` or ``show-pth`` for the ``.pth`` file ``target``
-    holding ``line``; ``what`` says in the message what the line switches."""
-    if action == "show-pth":
+PTH_ACTIONS: Sequence[str] = ("install-pth", "remove-pth", "show-pth")
+
+
+def pth_line(module: str) -> str:
+    """The ``.pth`` line that calls ``module._startup()`` when ``DETOK_PLUGIN`` is set.
+    Python's ``site`` module executes ``.pth`` lines that start with ``import``."""
+    return f'import os; "DETOK_PLUGIN" in os.environ and __import__("{module}", fromlist=["_startup"])._startup()'
+
+
+def pth_command(
+    argv: Sequence[str] | None, *, module: str, pth_name: str, what: str, checks: Mapping[str, Callable[[], int]] | None = None
+) -> int:
+    """``python -m <module> {install-pth,remove-pth,show-pth}`` (and any of ``checks``):
+    manage the one-line ``.pth`` file ``pth_name`` in a site-packages directory; ``what``
+    says what the line switches."""
+    import argparse
+    import sysconfig
+
+    checks = checks or {}
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {module}", description=f"Manage the one-line .pth file by which DETOK_PLUGIN=1 {what}."
+    )
+    parser.add_argument("action", choices=(*PTH_ACTIONS, *checks))
+    parser.add_argument(
+        "--site-dir", type=Path, default=Path(sysconfig.get_paths()["purelib"]),
+        help="site-packages directory to write to (default: this interpreter's purelib)",
+    )
+    args = parser.parse_args(argv)
+    if args.action in checks:
+        return checks[args.action]()
+    target, line = args.site_dir / pth_name, pth_line(module)
+    if args.action == "show-pth":
         print(f"{target}\n{line}")
-    elif action == "install-pth":
+    elif args.action == "install-pth":
         target.write_text(line + "\n", encoding="utf-8")
-        print(f"wrote {target}; {what}")
+        print(f"wrote {target}; DETOK_PLUGIN=1 now {what}")
     else:
         existed = target.exists()
         target.unlink(missing_ok=True)
         print(f"removed {target}" if existed else f"nothing to remove at {target}")
     return 0
-
-
-PTH_ACTIONS: Sequence[str] = ("install-pth", "remove-pth", "show-pth")

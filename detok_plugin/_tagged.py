@@ -1,34 +1,19 @@
-"""The vLLM detokenizer's stream when the server splits reasoning or tool calls: stops apply
-to content only.
+"""``TaggedServingStream``: a serving loop's stream for a chat request whose reasoning and
+tool calls stay in the text, with stop strings that cut content only.
 
-vLLM matches stop strings in the detokenizer, before its chat layer splits reasoning from
-the answer, so a stop string inside ``<think>`` ends the request with ``content: null``
-(vllm-project/vllm#53066). With a detok chat parser (``--reasoning-parser detok_*``,
-``integrations/vllm_chat.py``), the parser's ``adjust_request`` writes the reasoning tags
-into the request's ``vllm_xargs`` (vLLM's field for plugins; it reaches the detokenizer
-as ``SamplingParams.extra_args[REASONING_TAGS_KEY]``). The detokenizer then runs
-:class:`ReasoningAwareStream`: the core with those tags, ``reasoning="inline"`` (the tags
-and the reasoning stay in the text, so the joined text is the full decode and every
-parser downstream still sees the tags it needs) and ``stop_in_reasoning=False`` (a stop
-string inside the reasoning block is text, not a stop).
-
-Why a request field and not a server setting: the detokenizer is built per request from
-``(tokenizer, EngineCoreRequest)`` only, and the server's parser is chosen per server
-while ``vllm_xargs`` travels with each request; the parser that needs the rule is the one
-that asks for it, so the two cannot disagree.
-
-Tool calls likewise: with a detok tool parser and a request whose tools are live, the
-parser writes the tool tags (``detok_tool_tags``), and the stream runs them with
-``tools="inline"``: the tags and bodies stay in the text, and a stop string inside a tool
-call's body is part of the call, not a stop (the parser's own core applies none there, so
-the two agree on where the reply ends).
+A server that splits reasoning and tool calls from the answer after detokenizing (vLLM's
+chat layer) needs the detokenizer's text to be the full decode, tags included, but a stop
+string inside ``<think>`` must not end the request (vllm-project/vllm#53066), and one inside
+a tool call's arguments is part of the call. :class:`TaggedServingStream` is the core with
+the request's tags, ``reasoning="inline"`` and ``tools="inline"`` (tags and bodies stay in
+the text) and ``stop_in_reasoning=False``: ``ServingStream``'s verbs, stops outside
+reasoning and tool bodies only.
 
 The common id takes a shortcut (:class:`RestTexts`): while the core stream is at rest in a
-mode (``DetokenizerState._mode_at_rest``), an id whose text the table knows alone and that
-holds no first character of that mode's tags or stops is one lookup, as
-``ServingStream``'s common id is; every other id goes through the core.
-
-This module imports no vLLM.
+mode (``DetokenizerState._mode_at_rest``, the one definition of *at rest* for a stream with
+tags), an id whose text the table knows alone and that holds no first character of that
+mode's tags or stops is one lookup, as ``ServingStream``'s common id is; every other id goes
+through the core. ``ChatStream`` takes the same shortcut.
 """
 
 from __future__ import annotations
@@ -36,37 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from detok_plugin import DetokenizerState, TagSet, TokenIdError, build_table
-from detok_plugin._tables import learn_rest_text
+from ._errors import TokenIdError
+from ._state import DetokenizerState
+from ._tables import build_table, learn_rest_text
+from ._tags import TagSet
 
-__all__ = ["REASONING_TAGS_KEY", "TOOL_TAGS_KEY", "ReasoningAwareStream", "RestTexts", "stream_tags"]
-
-#: The ``vllm_xargs`` / ``SamplingParams.extra_args`` keys: ``[open_tag, close_tag]``
-#: (a tool close tag of ``""``: the body runs to the end, as ``[TOOL_CALLS]``'s).
-REASONING_TAGS_KEY = "detok_reasoning_tags"
-TOOL_TAGS_KEY = "detok_tool_tags"
-
-
-def stream_tags(sampling_params: Any) -> TagSet | None:
-    """The reasoning and tool tags a detok chat parser asked for on this request, or None."""
-    extra = getattr(sampling_params, "extra_args", None)
-    if not isinstance(extra, dict):
-        return None
-    reasoning = _pair(extra.get(REASONING_TAGS_KEY), close_may_be_empty=False)
-    tool = _pair(extra.get(TOOL_TAGS_KEY), close_may_be_empty=True)
-    if reasoning is None and tool is None:
-        return None
-    r_open, r_close = reasoning or (None, None)
-    t_open, t_close = tool or (None, None)
-    return TagSet("detok_chat", r_open, r_close, t_open, t_close or None)
-
-
-def _pair(value: Any, *, close_may_be_empty: bool) -> tuple[str, str] | None:
-    if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, str) for v in value)):
-        return None
-    if not value[0] or not (value[1] or close_may_be_empty):
-        return None
-    return value[0], value[1]
+__all__ = ["RestTexts", "Step", "TaggedServingStream"]
 
 
 class RestTexts:
@@ -97,7 +57,7 @@ class RestTexts:
         table = build_table(tokenizer)[0]
         if table is None or state._keep_log or state._max_tokens is not None:  # noqa: SLF001
             return None
-        matchers = state._cfg.matchers  # noqa: SLF001 (one package: the state's own options)
+        matchers = state._cfg.matchers  # noqa: SLF001
         firsts = tuple(m.find_first if m is not None else None for m in matchers)
         by_mode = tuple(table.rest_texts(skip_special_tokens, m.first.pattern if m is not None else None) for m in matchers)
         slow = frozenset(state._stop_ids) | frozenset(state._id_tags)  # noqa: SLF001
@@ -118,7 +78,7 @@ class Step(NamedTuple):
     stop_reason: str | int | None
 
 
-class ReasoningAwareStream:
+class TaggedServingStream:
     """``ServingStream``'s verbs (``push_text``, ``push``, ``finish``, ``finish_reason``,
     ``stop_reason``, ``token_ids``, ``finished``, ``path``) over a ``DetokenizerState``
     with reasoning and tool tags inline and stops that skip reasoning and tool bodies.
@@ -149,9 +109,9 @@ class ReasoningAwareStream:
     @classmethod
     def from_tokenizer(
         cls, tokenizer: Any, *, tags: TagSet, on_unknown_id: Callable[[TokenIdError], None] | None = None, **options: Any
-    ) -> ReasoningAwareStream:
-        """Start a stream; ``options`` are ``DetokenizerState.from_tokenizer``'s (prompt,
-        skip flags, stops, ...), as the vLLM adapter passes them to ``ServingStream``."""
+    ) -> TaggedServingStream:
+        """Start a stream; ``options`` are ``ServingStream.from_tokenizer``'s (prompt,
+        skip flags, stops, ...)."""
         state = DetokenizerState.from_tokenizer(
             tokenizer, tags=tags, reasoning="inline", tools="inline", stop_in_reasoning=False, keep_log=False, **options
         )

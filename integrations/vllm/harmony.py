@@ -14,7 +14,7 @@ the body forms, until ``<|call|>``); channel ``analysis`` is reasoning; ``final`
 ``commentary`` with no recipient, are content; anything else (built-in tools) is dropped.
 
 :class:`HarmonyChannels` keeps the interface of ``_chat_channels.Channels`` (``step(ids,
-finished) -> Parts``, ``complete``). Markers are found by id, so nothing of them reaches a
+finished) -> ChatParts``, ``complete``). Markers are found by id, so nothing of them reaches a
 channel however the detokenizer's ``skip_special_tokens`` is set; each body is decoded by a
 :class:`detok_plugin.DetokenizerState` of its own (a character split across tokens waits for
 its last byte). Stop strings cut reasoning and content bodies: the detokenizer, which
@@ -31,15 +31,16 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from detok_plugin.integrations._chat_channels import Parts
-from vllm.entrypoints.openai.parser.harmony_utils import extract_function_from_recipient, is_function_recipient
-from vllm.renderers.chat_utils import make_tool_call_id
+from detok_plugin import ChatParts, DetokenizerState, TokenIdError
 
-from detok_plugin import DetokenizerState, TokenIdError
+from . import _framework
+from .tool_ids import new_call_id
 
 __all__ = ["HarmonyChannels", "Header", "harmony_ids"]
 
 logger = logging.getLogger("vllm.detok_plugin")
+
+_api = _framework.chat_api()
 
 _CHANNEL = re.compile(r"<\|channel\|>\s*([^\s<]*)")
 _RECIPIENT = re.compile(r"(?:^|\s)to=([^\s<]+)")
@@ -87,7 +88,7 @@ class Header(NamedTuple):
 
     def kind(self) -> str:
         """``tool``, ``reasoning``, ``content`` or ``ignore``, as vLLM's harmony parser decides."""
-        if self.recipient and is_function_recipient(self.recipient):
+        if self.recipient and _api.is_function_recipient(self.recipient):
             return "tool"
         if self.channel == "analysis":
             return "reasoning"
@@ -129,14 +130,14 @@ class HarmonyChannels:
             return
         start = next((i for i in range(last - 1, -1, -1) if prompt[i] == ids.start), -1)
         self.header_ids = list(prompt[start + 1 : last])
-        self._open(Parts(), body_prompt=prompt[last + 1 :])
+        self._open(ChatParts(), body_prompt=prompt[last + 1 :])
 
-    def message(self, ids: Sequence[int], finished: bool, request: Any) -> Any:
-        """One streamed step's ``DeltaMessage`` (or None), as ``Channels.message``."""
-        return self.step(ids, finished).message(request)
+    def message(self, ids: Sequence[int], finished: bool) -> dict[str, Any] | None:
+        """One streamed step's delta fields (or None), as ``ChatStream.message``."""
+        return self.step(ids, finished).fields(getattr(self.request, "include_reasoning", True))
 
-    def step(self, ids: Sequence[int], finished: bool) -> Parts:
-        parts = Parts()
+    def step(self, ids: Sequence[int], finished: bool) -> ChatParts:
+        parts = ChatParts()
         for tid in ids:
             if self.done:
                 break
@@ -145,7 +146,7 @@ class HarmonyChannels:
             self._close(parts)
         return parts
 
-    def _one(self, tid: int, parts: Parts) -> None:
+    def _one(self, tid: int, parts: ChatParts) -> None:
         ids = self.ids
         if self.header is None:
             if tid == ids.message:
@@ -170,7 +171,7 @@ class HarmonyChannels:
         if self.state.finished:  # a stop string
             self.done = True
 
-    def _open(self, parts: Parts, body_prompt: Sequence[int] = ()) -> None:
+    def _open(self, parts: ChatParts, body_prompt: Sequence[int] = ()) -> None:
         text = self.tokenizer.decode(self.header_ids, skip_special_tokens=False)
         self.header = Header.parse(text)
         self.header_ids = []
@@ -188,10 +189,10 @@ class HarmonyChannels:
         )
         if self.header.kind() == "tool" and self.tools_on and self.streaming:
             assert self.header.recipient is not None
-            name = extract_function_from_recipient(self.header.recipient)
+            name = _api.extract_function_from_recipient(self.header.recipient)
             parts.tool(self.calls, id=self._new_id(name), name=name)
 
-    def _close(self, parts: Parts) -> None:
+    def _close(self, parts: ChatParts) -> None:
         header, state = self.header, self.state
         assert header is not None and state is not None
         if not state.finished:
@@ -200,11 +201,11 @@ class HarmonyChannels:
         self.messages.append((kind, text))
         if kind == "tool" and self.tools_on:
             assert header.recipient is not None
-            self.complete.append((extract_function_from_recipient(header.recipient), _arguments(text, header.content_type)))
+            self.complete.append((_api.extract_function_from_recipient(header.recipient), _arguments(text, header.content_type)))
             self.calls += 1
         self.header, self.state = None, None
 
-    def _route(self, text: str, parts: Parts) -> None:
+    def _route(self, text: str, parts: ChatParts) -> None:
         if not text:
             return
         self.body.append(text)
@@ -227,10 +228,7 @@ class HarmonyChannels:
         return reasoning or None, content or None
 
     def _new_id(self, name: str) -> str:
-        state = self.parser._stream_state  # noqa: SLF001 (the Parser base's own state)
-        tool_id = make_tool_call_id(id_type=state.tool_call_id_type, func_name=name, idx=state.history_tool_call_cnt)
-        state.history_tool_call_cnt += 1
-        return tool_id  # type: ignore[no-any-return]
+        return new_call_id(self.parser, name)
 
 
 def _arguments(text: str, content_type: str | None) -> str:

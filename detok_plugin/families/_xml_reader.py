@@ -1,7 +1,8 @@
 """XML-style tool calls (Qwen3-Coder, GLM-4.5) read as they stream into OpenAI deltas.
 
-The sibling of :class:`~detok_plugin.integrations._tool_stream.BodyReader` for the formats
-whose arguments are tagged text (``detok_plugin._xml_calls``). :class:`XmlBodyReader` reads
+The sibling of :class:`~detok_plugin.families._json_reader.JsonBodyReader` for the formats
+whose arguments are tagged text; what differs between them (tags, where the name is, whether
+a value's newlines are markup) is the :class:`XmlDialect` their family module gives. :class:`XmlBodyReader` reads
 one tool-call body piece by piece and returns what may be sent so far: the call's name once
 its tag is complete, then its ``arguments`` JSON as the parameters arrive::
 
@@ -12,7 +13,7 @@ its tag is complete, then its ``arguments`` JSON as the parameters arrive::
     </function>                    -> '}'
 
 Rules, so that what was sent is always a prefix of the parse at the close
-(``parse_tool_body(body, fmt, tools=...)``, ``json.dumps(..., ensure_ascii=False)``):
+(the family's ``parse(body, tools)``, ``json.dumps(..., ensure_ascii=False)``):
 
 1. A value streams as it forms only if the request's schema makes it a string (the
    property's types are exactly ``string``, or the schema does not name it, or the request
@@ -22,7 +23,8 @@ Rules, so that what was sent is always a prefix of the parse at the close
 3. A layout this reader does not follow (a key given twice, a JSON body) stops the
    streaming; the caller sends the rest from the parse at the close.
 
->>> r = XmlBodyReader("qwen3_xml", None)
+>>> from detok_plugin.families import tool_format
+>>> r = tool_format("qwen3_xml").reader(None)
 >>> r.feed("<function=get_weather>\\n<parameter=city>\\n東")
 [(0, 'get_weather', ''), (0, None, '{"city": "東')]
 >>> r.feed("京\\n</parameter>\\n</function>")
@@ -42,25 +44,24 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import groupby
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
-from detok_plugin._xml_calls import coerce_value, properties_of, schema_types, trim_newlines
+from ._format import Event, Tools
+from ._xml_values import coerce_value, properties_of, schema_types, trim_newlines
 
-__all__ = ["XmlBodyReader"]
-
-Event = tuple[int, "str | None", str]
+__all__ = ["Search", "XmlBodyReader", "XmlDialect", "chars", "tail"]
 
 
-class _Search(NamedTuple):
+class Search(NamedTuple):
     """A tag to find, and the end of a text that may still grow into one (``_tail``)."""
 
     tag: re.Pattern[str]
     tail: re.Pattern[str]
 
 
-def _tail(*tags: Sequence[str]) -> re.Pattern[str]:
+def tail(*tags: Sequence[str]) -> re.Pattern[str]:
     """A text's end that is the start of one of ``tags``, each a sequence of regex atoms
     (one character, or a starred class), as far as the text goes."""
 
@@ -70,22 +71,31 @@ def _tail(*tags: Sequence[str]) -> re.Pattern[str]:
     return re.compile("(?:" + "|".join(started(t) for t in tags) + r")\Z", re.DOTALL)
 
 
-def _chars(tag: str) -> list[str]:
+def chars(tag: str) -> list[str]:
     return [re.escape(c) for c in tag]
 
 
-_WS = r"\s*"
-_PARAMETER = ["<", _WS, *_chars("parameter"), _WS]
-_Q_FUNCTION = _Search(re.compile(r"<function=([^>]*)>"), _tail([*_chars("<function="), "[^>]*"]))
-_Q_PARAM = _Search(re.compile(r"<\s*parameter\s*=\s*([^>]*)>"), _tail([*_PARAMETER, "=", _WS, "[^>]*"]))
-_Q_FUNC_END = _Search(re.compile(r"</function>|(?=<function=)"), _tail(_chars("</function>"), _chars("<function=")))
-_Q_VALUE_END = _Search(
-    re.compile(r"<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=)|(?=</function>)|(?=<function=)"),
-    _tail(["<", _WS, "/", _WS, *_chars("parameter"), _WS, ">"], [*_PARAMETER, "="], _chars("</function>"), _chars("<function=")),
-)
-_G_NAME_END = _Search(re.compile("<arg_key>"), _tail(_chars("<arg_key>")))
-_G_KEY = _Search(re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>", re.DOTALL), _tail([*_chars("<arg_key>"), ".*"]))
-_G_VALUE_END = _Search(re.compile(r"</arg_value>"), _tail(_chars("</arg_value>")))
+class XmlDialect(NamedTuple):
+    """What one XML format's reader does differently.
+
+    ``head(reader)`` finds the next call's name when no call is open: ``(name, end)`` with
+    ``end`` where its parameters start, or None to wait (it may call ``reader.give_up()``).
+    ``key``: a parameter's opening (its name in group 1); ``call_end``: what ends a call
+    besides its last parameter (None: the body's end does); ``value_end``: what ends a value.
+    ``strip_keys``: a key's blanks are not part of it. ``newline_markup``: a value's one
+    leading and one trailing newline are the template's, not the value's. ``name_first``:
+    the body's first call's name is the text before its first tag (kept while it forms).
+    """
+
+    head: Callable[[XmlBodyReader], tuple[str, int] | None]
+    key: Search
+    call_end: Search | None
+    value_end: Search
+    strip_keys: bool
+    newline_markup: bool
+    name_first: bool
+
+
 _HOLD_LT = 64  # a '<' this close to the end may still open a closing tag
 _TRIM_AT = 1024  # drop text no longer needed once there is this much (a copy per 1024 characters)
 
@@ -95,12 +105,12 @@ class XmlBodyReader:
     send. ``calls``, ``args[k]`` and ``done[k]`` as in ``BodyReader``."""
 
     __slots__ = (
-        "fmt", "calls", "done", "_buf", "_pos", "_scanned", "_kept", "_args",
+        "dialect", "calls", "done", "_buf", "_pos", "_scanned", "_kept", "_args",
         "_tools", "_props", "_keys", "_value", "_opening", "_dead",
     )  # fmt: skip
 
-    def __init__(self, fmt: Literal["qwen3_xml", "glm45"], tools: Sequence[Mapping[str, Any]] | None) -> None:
-        self.fmt = fmt
+    def __init__(self, dialect: XmlDialect, tools: Tools) -> None:
+        self.dialect = dialect
         self.calls = 0
         self.done: list[bool] = []
         self._buf = ""  # the text still needed (``_trim``)
@@ -140,7 +150,7 @@ class XmlBodyReader:
             return self._between_params(events)
         return self._head(events)
 
-    def _find(self, *searches: _Search) -> list[re.Match[str] | None]:
+    def find(self, *searches: Search) -> list[re.Match[str] | None]:
         """Each search's first tag from where the last ones stopped. When none is found, the
         next feed resumes at the first place whose text to the end may still grow into one."""
         buf, start = self._buf, self._scanned
@@ -158,14 +168,14 @@ class XmlBodyReader:
     def _trim(self) -> None:
         """Drop the text before what the pending step still needs: where its search resumes,
         and for a string value its unsent text and last _HOLD_LT characters (``_safe_end``).
-        A typed value and GLM's name are read whole at their end: their text goes to _kept."""
+        A typed value and a name-first head are read whole at their end: their text goes to _kept."""
         value, cut = self._value, self._scanned
         streaming = value if value is not None and value.types is None else None
         if streaming is not None:
             cut = min(cut, streaming.sent, len(self._buf) - _HOLD_LT)
         if cut < _TRIM_AT:
             return  # not yet worth a copy
-        if (value is not None and streaming is None) or (self.fmt == "glm45" and not self.calls):
+        if (value is not None and streaming is None) or (self.dialect.name_first and not self.calls):
             self._kept.append(self._buf[self._pos : cut])
         self._buf = self._buf[cut:]
         # Past the step's start, _pos is 0: _safe_end's window (the last _HOLD_LT characters,
@@ -177,22 +187,24 @@ class XmlBodyReader:
 
     # --- a call's name ----------------------------------------------------------------
 
+    def step_text(self, end: int) -> str:
+        """The pending step's text up to ``end`` in the buffer, what was trimmed of it included."""
+        return "".join(self._kept) + self._buf[self._pos : end]
+
+    @property
+    def opening(self) -> str | None:
+        """The body's first non-blank character, once seen."""
+        return self._opening
+
+    def give_up(self) -> None:
+        """A layout this reader does not follow: the parse at the close sends the rest."""
+        self._dead = True
+
     def _head(self, events: list[Event]) -> bool:
-        if self.fmt == "glm45":
-            if self.calls:
-                return False  # one call per GLM body
-            [m] = self._find(_G_NAME_END)
-            if m is None:
-                return False
-            name, end = ("".join(self._kept) + self._buf[self._pos : m.start()]).strip(), m.start()
-        else:
-            if self.calls == 0 and self._opening == "{":
-                self._dead = True  # a JSON body: sent whole at the close
-                return False
-            [m] = self._find(_Q_FUNCTION)
-            if m is None:
-                return False
-            name, end = m.group(1).strip(), m.end()
+        head = self.dialect.head(self)
+        if head is None:
+            return False
+        name, end = head
         if not name or "<" in name:
             self._dead = True
             return False
@@ -208,10 +220,11 @@ class XmlBodyReader:
     # --- between parameters -------------------------------------------------------------
 
     def _between_params(self, events: list[Event]) -> bool:
-        if self.fmt == "glm45":
-            [key], end = self._find(_G_KEY), None
+        dialect = self.dialect
+        if dialect.call_end is None:
+            [key], end = self.find(dialect.key), None
         else:
-            key, end = self._find(_Q_PARAM, _Q_FUNC_END)
+            key, end = self.find(dialect.key, dialect.call_end)
         if end is not None and (key is None or end.start() < key.start()):
             self._send(("}" if self._keys else "{}"), events)
             self.done[-1] = True
@@ -219,7 +232,7 @@ class XmlBodyReader:
             return True
         if key is None:
             return False
-        name = key.group(1).strip() if self.fmt == "glm45" else key.group(1)
+        name = key.group(1).strip() if dialect.strip_keys else key.group(1)
         if name in self._keys:
             self._dead = True  # the parse keeps the first place and the last value
             return False
@@ -232,7 +245,7 @@ class XmlBodyReader:
         self._send(("{" if not self._keys else ", ") + json.dumps(name, ensure_ascii=False) + ": ", events)
         self._keys.add(name)
         self._move(at)
-        self._value = _Value(types if types != {"string"} else None, at, fresh=self.fmt == "qwen3_xml")
+        self._value = _Value(types if types != {"string"} else None, at, fresh=self.dialect.newline_markup)
         if self._value.types is None:
             self._send('"', events)
 
@@ -242,20 +255,20 @@ class XmlBodyReader:
         buf, pos = self._buf, self._pos
         if value.fresh and len(buf) > pos:
             value.fresh = False
-            value.sent += buf[pos] == "\n"  # a Qwen3 value's leading newline is markup
-        [end] = self._find(_G_VALUE_END if self.fmt == "glm45" else _Q_VALUE_END)
+            value.sent += buf[pos] == "\n"  # a value's leading newline is markup
+        [end] = self.find(self.dialect.value_end)
         if end is None:
             if value.types is None:
                 self._stream(value, buf[value.sent : _safe_end(buf, pos)], events)
             return False
         if value.types is None:
             rest = buf[value.sent : end.start()]
-            if self.fmt == "qwen3_xml" and rest.endswith("\n"):
+            if self.dialect.newline_markup and rest.endswith("\n"):
                 rest = rest[:-1]  # the parse trims the last newline
             self._send(json.dumps(rest, ensure_ascii=False)[1:-1] + '"', events)
         else:
             raw = "".join(self._kept) + buf[pos : end.start()]
-            text = raw if self.fmt == "glm45" else trim_newlines(raw)
+            text = trim_newlines(raw) if self.dialect.newline_markup else raw
             self._send(json.dumps(coerce_value(text, value.types), ensure_ascii=False), events)
         self._value = None
         self._move(end.end())
@@ -263,7 +276,7 @@ class XmlBodyReader:
 
     def _stream(self, value: _Value, piece: str, events: list[Event]) -> None:
         """Send the part of an open string value that the parse will keep."""
-        if self.fmt == "qwen3_xml" and piece.endswith("\n"):
+        if self.dialect.newline_markup and piece.endswith("\n"):
             piece = piece[:-1]  # may be the value's last newline, which the parse trims
         if piece:
             self._send(json.dumps(piece, ensure_ascii=False)[1:-1], events)
@@ -278,7 +291,7 @@ class XmlBodyReader:
 class _Value:
     """A parameter value being read: its schema types (None: a string, streamed), where
     its unsent text starts in the buffer, and whether its first character is still to
-    come (a Qwen3 value drops a leading newline)."""
+    come (a value whose newlines are markup drops a leading one)."""
 
     __slots__ = ("types", "sent", "fresh")
 
@@ -292,7 +305,7 @@ def _safe_end(buf: str, start: int) -> int:
     return len(buf) if lt < 0 or ">" in buf[lt:] else lt
 
 
-def _tail_start(search: _Search, buf: str, start: int) -> int:
+def _tail_start(search: Search, buf: str, start: int) -> int:
     """The first place from ``start`` whose text to the end may still grow into ``search``'s tag."""
     tail = search.tail.search(buf, start)
     return len(buf) if tail is None else tail.start()

@@ -1,59 +1,28 @@
-"""Tool calls written as XML-like tags, and typing their values from the request's tools.
+"""Typing the values of XML-style tool calls from the request's tool schemas.
 
-Two families write a call's arguments as tagged strings, not JSON:
-
-* Qwen3-Coder (``qwen3_xml``), one or more calls per ``<tool_call>`` body::
-
-      <function=get_weather>
-      <parameter=city>
-      東京
-      </parameter>
-      <parameter=days>
-      3
-      </parameter>
-      </function>
-
-  A value loses one leading and one trailing newline (the template's markup).
-* GLM-4.5 (``glm45``), one call per ``<tool_call>`` body, the name first::
-
-      get_weather
-      <arg_key>city</arg_key>
-      <arg_value>東京</arg_value>
-
-  A key is stripped; a value is kept as written.
-
+Qwen3-Coder and GLM-4.5 (``qwen3_coder.py``, ``glm45.py``) write every value as text.
 Every value is a string until the tool's JSON schema says otherwise, so the parse takes
 the request's ``tools`` (OpenAI's list of ``{"type": "function", "function": {...}}``) and
 types each value whose property the schema names, by the rule vLLM 0.33's parsers use
 (``vllm.tool_parsers.utils.coerce_to_schema_type``): the first of null, integer, number,
 boolean, object, array, string that the schema allows and the text parses as; a property
 the schema does not name, or no tools at all, keeps the string. The core's own parse at a
-body's close has no request, so there every value is a string; the vLLM chat layer parses
-the same body again with the request's tools (``integrations/_chat_channels.py``).
+body's close has no request, so there every value is a string; a chat layer parses the
+same body again with the request's tools (``ChatStream``).
 
->>> body = "<function=f>\\n<parameter=n>\\n3\\n</parameter>\\n<parameter=s>\\nhi\\n</parameter>\\n</function>"
->>> qwen3_xml_calls(body, None)
-[('f', '{"n": "3", "s": "hi"}')]
 >>> tools = [{"type": "function", "function": {"name": "f", "parameters": {"properties": {"n": {"type": "integer"}}}}}]
->>> qwen3_xml_calls(body, tools)
-[('f', '{"n": 3, "s": "hi"}')]
+>>> typed_json({"n": "3", "s": "hi"}, properties_of(tools, "f"))
+'{"n": 3, "s": "hi"}'
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["coerce_value", "glm45_calls", "properties_of", "qwen3_xml_calls", "schema_types", "trim_newlines"]
-
-_FUNCTION = re.compile(r"<function=([^>]*)>(.*?)(?:</function>|(?=<function=)|\Z)", re.DOTALL)
-# A value ends at its close tag or at the next parameter; unlike vLLM's converter, also at
-# the end of the function (a last parameter whose close tag the model left out is kept).
-_PARAMETER = re.compile(r"<\s*parameter\s*=\s*([^>]*)>(.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=)|\Z)", re.DOTALL)
-_GLM_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
+__all__ = ["coerce_value", "properties_of", "schema_types", "trim_newlines", "typed_json"]
 
 _ALIASES = {
     "str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string",
@@ -72,30 +41,6 @@ def trim_newlines(value: str) -> str:
     return value[:-1] if value.endswith("\n") else value
 
 
-def qwen3_xml_calls(body: str, tools: Sequence[Mapping[str, Any]] | None) -> list[tuple[str, str]]:
-    """Qwen3-Coder: ``<function=NAME>`` blocks, each of ``<parameter=KEY>VALUE</parameter>``.
-    A body that is a JSON object instead is read as Hermes JSON, as vLLM's parser does."""
-    calls = []
-    for m in _FUNCTION.finditer(body):
-        name = m.group(1).strip()
-        if not name:
-            raise ValueError("a <function=...> tag with no name")
-        params = {p.group(1): trim_newlines(p.group(2)) for p in _PARAMETER.finditer(m.group(2))}
-        calls.append((name, _typed_json(params, properties_of(tools, name))))
-    if not calls:
-        raise ValueError("no <function=...> block in the body")
-    return calls
-
-
-def glm45_calls(body: str, tools: Sequence[Mapping[str, Any]] | None) -> list[tuple[str, str]]:
-    """GLM-4.5: the name, then ``<arg_key>K</arg_key><arg_value>V</arg_value>`` pairs."""
-    name = body.split("<arg_key>", 1)[0].strip()
-    if not name or "<" in name:
-        raise ValueError("a GLM tool call needs the function name before its first <arg_key>")
-    params = {m.group(1).strip(): m.group(2) for m in _GLM_ARG.finditer(body)}
-    return [(name, _typed_json(params, properties_of(tools, name)))]
-
-
 def properties_of(tools: Sequence[Mapping[str, Any]] | None, name: str) -> Mapping[str, Any]:
     """The ``properties`` of the function ``name``'s parameters in ``tools``; {} if none."""
     for tool in tools or ():
@@ -107,7 +52,8 @@ def properties_of(tools: Sequence[Mapping[str, Any]] | None, name: str) -> Mappi
     return {}
 
 
-def _typed_json(params: dict[str, str], props: Mapping[str, Any]) -> str:
+def typed_json(params: dict[str, str], props: Mapping[str, Any]) -> str:
+    """A call's parameters as its ``arguments`` JSON, each value typed by its property."""
     typed = {k: coerce_value(v, schema_types(props[k])) if isinstance(props.get(k), Mapping) else v for k, v in params.items()}
     return json.dumps(typed, ensure_ascii=False)
 

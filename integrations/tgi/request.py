@@ -13,7 +13,7 @@ asks its ``StoppingCriteria`` whether an id ends the request, and why (a ``Finis
 2. ``texts`` holds the text of each id pushed, one per id; the last id of a request carries
    what ending released (a held partial stop that did not complete, bytes of an unfinished
    character rendered as the decode renders them). ``sent`` counts those the shim's step
-   has already written into TGI's records (``_tgi_step.rewrite``).
+   has already written into TGI's records (``step.rewrite``).
 3. ``text`` is the joined texts: exactly ``decode(prompt + out)[len(decode(prompt)):]``
    with ``skip_special_tokens=True``, cut before the stop string (or, with
    ``keep_stop=True``, after it; never what follows it).
@@ -33,33 +33,17 @@ True
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from detok_plugin import DetokenizerState, ServingStream, TagSet, TokenIdError
 
-__all__ = [
-    "FINISH_EOS_TOKEN",
-    "FINISH_LENGTH",
-    "FINISH_STOP_SEQUENCE",
-    "RequestText",
-    "Settings",
-    "log",
-    "open_stream",
-    "special_stop_ids",
-]
+from ..common.switch import Switch
+from ._framework import FINISH_EOS_TOKEN, FINISH_LENGTH, FINISH_STOP_SEQUENCE, log
 
-logger = logging.getLogger("detok_plugin.integrations.tgi")
+__all__ = ["RequestText", "Settings", "open_stream", "special_stop_ids"]
 
-#: TGI's ``FinishReason`` values (``proto/v3/generate.proto``); ``contract_problems`` checks them.
-FINISH_LENGTH = 0
-FINISH_EOS_TOKEN = 1
-FINISH_STOP_SEQUENCE = 2
-
-_ON = frozenset({"1", "true", "yes", "on"})
-_OFF = frozenset({"", "0", "false", "no", "off"})
 _STOP_MODES = {"exclude": False, "keep": True}
 
 
@@ -88,9 +72,9 @@ class Settings:
         """Read ``DETOK_PLUGIN``, ``DETOK_TGI_STOP`` and ``DETOK_TGI_STRIP_REASONING``."""
         env = os.environ if environ is None else environ
         problems = []
-        flag = env.get("DETOK_PLUGIN", "").strip().lower()
-        if flag not in _ON and flag not in _OFF:
-            problems.append(f"DETOK_PLUGIN={flag!r} is not one of 1/0/true/false/yes/no/on/off; ignored")
+        switch = Switch.from_env(env)
+        if switch.problem is not None:
+            problems.append(switch.problem)
         stop = env.get("DETOK_TGI_STOP", "exclude").strip().lower() or "exclude"
         if stop not in _STOP_MODES:
             problems.append(f"DETOK_TGI_STOP={stop!r} is not 'exclude' or 'keep'; stops are excluded")
@@ -100,7 +84,7 @@ class Settings:
                 f"DETOK_TGI_STRIP_REASONING={reasoning!r} is not a preset ({', '.join(TagSet.presets())}); reasoning is kept"
             )
             reasoning = None
-        return cls(flag in _ON, _STOP_MODES.get(stop, False), reasoning, tuple(problems))
+        return cls(switch.on, _STOP_MODES.get(stop, False), reasoning, tuple(problems))
 
 
 class RequestText:
@@ -310,26 +294,6 @@ def special_stop_ids(tokenizer: Any, stops: Sequence[str]) -> tuple[int, ...]:
             if tid in special:
                 ids.append(tid)
     return tuple(ids)
-
-
-def log(level: str, message: str) -> None:
-    """Say one line where TGI's launcher shows it.
-
-    The launcher shows only what the shard writes to stdout as loguru JSON
-    (``text-generation-server serve --json-output``), and the shard's one loguru handler
-    passes only records named inside ``text_generation_server``. So the line goes through
-    loguru under that name. Without loguru (no TGI), through Python's logging.
-    """
-    try:
-        from loguru import logger as loguru_logger  # type: ignore[import-not-found]
-    except ImportError:
-        logger.log(logging.getLevelName(level), "%s", message)
-        return
-    loguru_logger.patch(_in_tgi).log(level, message)
-
-
-def _in_tgi(record: Any) -> None:
-    record["name"] = "text_generation_server.detok_plugin"
 
 
 def _log_unknown_id(exc: TokenIdError) -> None:

@@ -25,6 +25,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._framework import detokenizer_api
+
 __all__ = ["StockHandover"]
 
 logger = logging.getLogger("vllm.detok_plugin")
@@ -99,7 +101,5 @@ class StockHandover:
             self._request_id,
             exc,
         )
-        from vllm.v1.engine.detokenizer import IncrementalDetokenizer
-
-        self._stock = IncrementalDetokenizer()  # vLLM's detokenizer for detokenize=False
+        self._stock = detokenizer_api()[0].IncrementalDetokenizer()  # vLLM's detokenizer for detokenize=False
         self._stock.token_ids.extend(ids)

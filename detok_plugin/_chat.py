@@ -1,54 +1,47 @@
-"""One chat request's channels: the core's stream with tags, read into OpenAI deltas.
+"""``ChatStream``: one chat reply's reasoning, content and tool calls, as OpenAI deltas.
 
-:class:`Channels` holds the request's :class:`detok_plugin.DetokenizerState` (tags live in
-this request, its stop options) and turns each ``Delta`` into the pieces of vLLM's
-``DeltaMessage``: ``reasoning``, ``content`` and ``tool_calls``, whose names and arguments
-:class:`~detok_plugin.integrations._tool_stream.BodyReader` reads from the tool channel's
-text as it streams. Used by ``vllm_chat.DetokChatParser`` (one per request and choice).
+:class:`ChatStream` holds the request's :class:`DetokenizerState` (its live tags, its stop
+options, ``reasoning="separate"``) and turns each ``Delta`` into the fields of an OpenAI
+chat delta: ``reasoning``, ``content`` and ``tool_calls``, whose names and arguments the
+family's body reader (``detok_plugin.families``) reads from the tool channel's text as it
+streams. It imports no framework: a server wraps the fields in its own message type (vLLM's
+``DeltaMessage``, ``integrations/vllm/chat.py``).
 
-The stop rule follows the detokenizer in this process: when it is the plugin's, it cuts
-stop strings outside reasoning (``_reasoning_stream``) and so does this stream; when it is
-vLLM's stock one, stops cut anywhere, and so here too (``stop_in_reasoning=True``).
+Tool calls are the dicts OpenAI's ``tool_calls`` delta items are, with the fields vLLM's own
+parsers set (``hermes``): a call's first delta sets ``id``, ``type``, ``index`` and the
+function's ``name``; a later one ``index`` and the function's ``arguments``. A malformed
+body is sent as content (its raw text, tags included), never dropped.
+
+The common id costs a lookup, not a call into the core: while the stream is at rest in a
+mode, an id whose text holds no first character of that mode's tags or stops is what the
+core would release whole (:class:`~detok_plugin._tagged.RestTexts`).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import random
-import string
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from detok_plugin.integrations._reasoning_stream import RestTexts
-from detok_plugin.integrations._tool_stream import BodyReader, Event, reader_for
-from detok_plugin.integrations._xml_stream import XmlBodyReader
-from vllm.entrypoints.generate.base.protocol import DeltaMessage
-from vllm.renderers.chat_utils import make_tool_call_id
+from . import families
+from ._delta import CONTENT, REASONING, TOOL
+from ._errors import TokenIdError
+from ._state import DetokenizerState
+from ._tagged import RestTexts
+from ._tags import TagSet
 
-from detok_plugin import DetokenizerState, TagSet, TokenIdError, parse_tool_body
-from detok_plugin._delta import CONTENT, REASONING, TOOL
+__all__ = ["ChatParts", "ChatStream", "Fields", "live_tags"]
 
-__all__ = ["Channels", "Parts", "live_tags", "new_delta"]
+logger = logging.getLogger("detok_plugin")
 
-logger = logging.getLogger("vllm.detok_plugin")
-
-#: ``DeltaMessage(**fields)``: the model's own validation (its validators, vLLM's
-#: ``__log_extra_fields__`` included), called as pydantic's ``model_validate`` calls it,
-#: without ``BaseModel.__init__``'s Python frame: the same object, a fifth cheaper
-#: (docs/benchmarks.md, "vLLM's chat layer", session 18).
-new_delta = DeltaMessage.__pydantic_validator__.validate_python
+#: One chat delta's fields (``reasoning``, ``content``, ``tool_calls``), as OpenAI names them.
+Fields = dict[str, Any]
 
 
-class Parts:
-    """One delta's pieces; tool-call pieces of one call merge into one DeltaToolCall.
-
-    Tool calls are kept as the dicts vLLM's ``DeltaToolCall`` is validated from, with the
-    fields vLLM's own parsers set (``hermes``): a call's first delta sets ``id``, ``type``,
-    ``index`` and the function's ``name``; a later one ``index`` and the function's
-    ``arguments``. vLLM streams each chunk with ``exclude_unset``, so a client sees the same
-    JSON. ``DeltaMessage`` builds the models in one validation, a third cheaper than
-    building each model first."""
+class ChatParts:
+    """One delta's pieces; tool-call pieces of one call merge into one tool-call dict (the
+    fields the module docstring names)."""
 
     __slots__ = ("reasoning", "content", "tools")
 
@@ -68,115 +61,152 @@ class Parts:
             fn = call["function"]
             fn["arguments"] = fn.get("arguments", "") + args
 
-    def message(self, request: Any) -> DeltaMessage | None:
-        fields: dict[str, Any] = {}
-        if self.reasoning and getattr(request, "include_reasoning", True):
+    def fields(self, include_reasoning: bool = True) -> Fields | None:
+        """The delta's fields, or None when it has none."""
+        fields: Fields = {}
+        if self.reasoning and include_reasoning:
             fields["reasoning"] = "".join(self.reasoning)
         if self.content:
             fields["content"] = "".join(self.content)
         if self.tools:
             fields["tool_calls"] = list(self.tools.values())
-        return new_delta(fields) if fields else None
+        return fields or None
 
 
-class Channels:
-    """The core's stream for one request, and the tool calls read from its tool channel."""
+class ChatStream:
+    """One chat reply: the core's stream with the request's live tags, and the tool calls
+    read from its tool channel.
 
-    def __init__(self, parser: Any, request: Any, prompt: Sequence[int], *, streaming: bool = True) -> None:
-        tags = live_tags(parser, request)
+    ``message(ids, finished)`` takes one step's ids and returns its delta's :data:`Fields`
+    (None when the step sends nothing); ``step(ids, finished)`` returns the step's
+    :class:`ChatParts`, and after the last step ``complete`` lists every call's ``(name,
+    arguments)`` (for a reply returned whole). The request's parts:
+
+    * ``tags``: the live tags (:func:`live_tags`), or None (then no channel but content);
+    * the content options: ``prompt_ids``, the skip flags, ``stop``,
+      ``include_stop_str_in_output``, ``min_tokens``, and ``stop_in_reasoning`` (whether a
+      stop string inside reasoning ends the reply, as a detokenizer that knows no tags does);
+    * ``end_ids()``: the ids that end a reply without text (stop token ids, EOS), read at the
+      finish only; ``tools()``: the request's tool schemas as dicts, read only by a format
+      typed by schema, when a body first needs them; ``new_call_id(name, fmt)``: a new
+      tool-call id; ``include_reasoning``; ``streaming`` (False: no reader, no shortcut).
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        tags: TagSet | None,
+        *,
+        prompt_ids: Sequence[int] = (),
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+        stop: Iterable[str] = (),
+        include_stop_str_in_output: bool = False,
+        min_tokens: int = 0,
+        stop_in_reasoning: bool = False,
+        end_ids: Callable[[], frozenset[int]] = frozenset,
+        tools: Callable[[], list[dict[str, Any]] | None] = lambda: None,
+        new_call_id: Callable[[str, families.ToolFormat], str],
+        include_reasoning: bool = True,
+        streaming: bool = True,
+        log: logging.Logger = logger,
+    ) -> None:
         self.tags: TagSet = tags if tags is not None else TagSet()  # no tags: no tool calls come
-        self.parser = parser
+        self.format = families.tool_format(self.tags.tool_format)
         self.streaming = streaming
-        skip = bool(getattr(request, "skip_special_tokens", True))
         self.state = DetokenizerState.from_tokenizer(
-            parser.model_tokenizer,
-            prompt_ids=prompt,
-            skip_special_tokens=skip,
-            spaces_between_special_tokens=getattr(request, "spaces_between_special_tokens", True),
-            stop=_stops(request),
+            tokenizer,
+            prompt_ids=prompt_ids,
+            skip_special_tokens=skip_special_tokens,
+            spaces_between_special_tokens=spaces_between_special_tokens,
+            stop=tuple(stop),
             stop_token_ids=(),
             eos_token_ids=(),
-            include_stop_str_in_output=bool(getattr(request, "include_stop_str_in_output", False)),
-            min_tokens=getattr(request, "min_tokens", 0) or 0,
+            include_stop_str_in_output=include_stop_str_in_output,
+            min_tokens=min_tokens,
             tags=tags,
             reasoning="separate",
-            stop_in_reasoning=not _detokenizer_is_ours(),
+            stop_in_reasoning=stop_in_reasoning,
             keep_log=False,
         )
-        self.request = request
-        self.include_stop = bool(getattr(request, "include_stop_str_in_output", False))
+        self.include_stop = include_stop_str_in_output
+        self.include_reasoning = include_reasoning
+        self._end_ids = end_ids
+        self._tools = tools
+        self._new_call_id = new_call_id
+        self._log = log
         self.sent = 0  # tool calls whose header went out
         self.base = 0  # OpenAI index of the current body's first call
         self.body: list[str] = []
         self.typed: list[tuple[str, str]] | None = None  # the current body's calls, typed by the schema
-        self.reader: BodyReader | XmlBodyReader | None = None
+        self.reader: families.BodyReader | None = None
         self.body_index = -1  # the core's index of the current body's first call
         self.body_open = False
         self.complete: list[tuple[str, str]] = []
         # The common id's shortcut (RestTexts): while the stream is at rest in content or
-        # reasoning, an id whose text leaves whole is one lookup and one DeltaMessage.
-        self._rests = RestTexts.of(parser.model_tokenizer, self.state, skip) if streaming else None
+        # reasoning, an id whose text leaves whole is one lookup and one delta.
+        self._rests = RestTexts.of(tokenizer, self.state, skip_special_tokens) if streaming else None
         self._slow = self._rests.slow_ids if self._rests is not None else frozenset()
         self._ids = self.state.token_ids
         self._rest: dict[int, str | None] | None = None
         self._channel = CONTENT  # where the shortcut's text goes: CONTENT, REASONING or TOOL
         self._caught_up()
 
-    def message(self, ids: Sequence[int], finished: bool, request: Any) -> DeltaMessage | None:
-        """``step(ids, finished).message(request)``; a live step of one id that the stream
+    def message(self, ids: Sequence[int], finished: bool) -> Fields | None:
+        """``step(ids, finished).fields()``; a live step of one id that the stream
         takes at rest is the lookup alone (``RestTexts``: what the core would do), and any
         other live step of one id is ``_one``."""
         rest = self._rest
         if finished or len(ids) != 1 or (tid := ids[0]).__class__ is not int:
-            return self.step(ids, finished).message(request)
+            return self.step(ids, finished).fields(self.include_reasoning)
         if rest is not None:
             text = rest.get(tid)
             if text is None and tid not in rest:  # an id not seen at rest in this mode yet
-                text = self._rests.learn(self.state._mode, tid)  # type: ignore[union-attr]  # noqa: SLF001
+                text = self._rests.learn(self.state._mode, tid)  # type: ignore[union-attr]
             if text is not None and tid not in self._slow:
                 self._ids.append(tid)
                 if not text:
                     return None
                 channel = self._channel
                 if channel == CONTENT:
-                    return new_delta({"content": text})
+                    return {"content": text}
                 if channel == REASONING:
-                    return new_delta({"reasoning": text}) if getattr(request, "include_reasoning", True) else None
-                return self._rest_tool(text, request)
-        return self._one(ids, request)
+                    return {"reasoning": text} if self.include_reasoning else None
+                return self._rest_tool(text)
+        return self._one(ids)
 
-    def _one(self, ids: Sequence[int], request: Any) -> DeltaMessage | None:
+    def _one(self, ids: Sequence[int]) -> Fields | None:
         """A live step of one id off the shortcut: what the core released; content alone
-        (or nothing, as for most pieces of a split character) is one DeltaMessage."""
+        (or nothing, as for most pieces of a split character) is one field."""
         if self.state.finished:
             return None
         delta = self._push(ids)
         if not (delta.reasoning or delta.tool_calls):
             self._caught_up()
-            return new_delta({"content": delta.text}) if delta.text else None
-        parts = Parts()
+            return {"content": delta.text} if delta.text else None
+        parts = ChatParts()
         self._take(delta, parts, at_end=False)
         self._caught_up()
-        return parts.message(request)
+        return parts.fields(self.include_reasoning)
 
-    def _rest_tool(self, text: str, request: Any) -> DeltaMessage | None:
+    def _rest_tool(self, text: str) -> Fields | None:
         """A shortcut id's text in a tool body (streaming): most often a piece of one
-        call's arguments, one DeltaToolCall."""
-        index = self.state._rest_tool_text(text)  # noqa: SLF001
+        call's arguments, one tool-call dict."""
+        index = self.state._rest_tool_text(text)
         if not self.body_open:
             self._open_body(index)
         self.body.append(text)
         events = self.reader.feed(text)  # type: ignore[union-attr]  # an open body has its reader
         if len(events) == 1 and events[0][1] is None:
             k, _, args = events[0]
-            return new_delta({"tool_calls": [{"index": self.base + k, "function": {"arguments": args}}]})
-        parts = Parts()
+            return {"tool_calls": [{"index": self.base + k, "function": {"arguments": args}}]}
+        parts = ChatParts()
         self._send(events, parts)
-        return parts.message(request)
+        return parts.fields(self.include_reasoning)
 
-    def step(self, ids: Sequence[int], finished: bool) -> Parts:
-        parts = Parts()
-        if finished and ids and not self.include_stop and ids[-1] in _stop_ids(self.parser.model_tokenizer, self.request):
+    def step(self, ids: Sequence[int], finished: bool) -> ChatParts:
+        parts = ChatParts()
+        if finished and ids and not self.include_stop and ids[-1] in self._end_ids():
             ids = ids[:-1]  # the stop token or EOS that ended it: no text, as the detokenizer
         if ids and not self.state.finished:
             self._take(self._push(ids), parts, at_end=False)
@@ -192,10 +222,10 @@ class Channels:
         if self._rests is None:
             return
         state = self.state
-        mode = state._mode_at_rest()  # noqa: SLF001
+        mode = state._mode_at_rest()
         if mode < 0:
             return
-        channel = state._channel()  # noqa: SLF001
+        channel = state._channel()
         if channel in (CONTENT, REASONING, TOOL):
             self._rest = self._rests.by_mode[mode]
             self._channel = channel
@@ -215,14 +245,14 @@ class Channels:
             try:
                 d = self.state.push(tid)
             except TokenIdError as exc:
-                logger.warning("detok-plugin: %s; the chat parser skips it", exc)
+                self._log.warning("detok-plugin: %s; the chat parser skips it", exc)
                 continue
             text.append(d.text)
             reasoning.append(d.reasoning)
             calls.extend(d.tool_calls)
         return _Merged("".join(text), "".join(reasoning), tuple(calls))
 
-    def _take(self, delta: Any, parts: Parts, *, at_end: bool) -> None:
+    def _take(self, delta: Any, parts: ChatParts, *, at_end: bool) -> None:
         if delta.reasoning:
             parts.reasoning.append(delta.reasoning)
         if delta.text:
@@ -239,7 +269,7 @@ class Channels:
         if closed:
             self.body_open = False
 
-    def _body_text(self, index: int, text: str, parts: Parts) -> None:
+    def _body_text(self, index: int, text: str, parts: ChatParts) -> None:
         if not self.body_open:
             self._open_body(index)
         self.body.append(text)
@@ -248,7 +278,7 @@ class Channels:
             return
         self._send(self.reader.feed(text), parts)
 
-    def _send(self, events: list[Event], parts: Parts) -> None:
+    def _send(self, events: list[families.Event], parts: ChatParts) -> None:
         """A body reader's events as the delta's tool-call pieces."""
         for k, name, args in events:
             if name is not None:
@@ -263,9 +293,9 @@ class Channels:
         self.base = self.sent
         self.body = []
         self.typed = None
-        self.reader = reader_for(self.tags.tool_format, self.tools)
+        self.reader = self.format.reader(self.tools)
 
-    def _complete(self, call: Any, parts: Parts, at_end: bool) -> None:
+    def _complete(self, call: Any, parts: ChatParts, at_end: bool) -> None:
         if not self.body_open:
             self._open_body(call.index)  # a body with no text, closed at once
         reader = self.reader
@@ -274,7 +304,7 @@ class Channels:
             tags = self.tags
             closed = "" if at_end and tags.tool_close is not None else (tags.tool_close or "")
             raw = (tags.tool_open or "") + "".join(self.body) + closed
-            logger.warning("detok-plugin: %s; sent as content", call.error)
+            self._log.warning("detok-plugin: %s; sent as content", call.error)
             parts.content.append(raw)
             return
         k = call.index - self.body_index  # which call of this body
@@ -289,16 +319,16 @@ class Channels:
             sent = reader.args[k]
             if call.arguments.startswith(sent):
                 parts.tool(self.base + k, args=call.arguments[len(sent) :])
-            else:  # a string value streamed raw: cannot happen by BodyReader's rule 1
-                logger.warning("detok-plugin: tool call %d's arguments streamed as %r, parsed as %r", k, sent, call.arguments)
+            else:  # a string value streamed raw: cannot happen by the readers' rule 1
+                self._log.warning("detok-plugin: tool call %d's arguments streamed as %r, parsed as %r", k, sent, call.arguments)
 
     def _typed(self, call: Any, k: int) -> Any:
         """The call with its values typed by the request's schema (XML formats): the core
         parsed the body without the request, so every value there is a string."""
-        if self.tags.tool_format not in _SCHEMA_TYPED:
+        if not self.format.typed_by_schema:
             return call
         if self.typed is None:
-            self.typed = parse_tool_body("".join(self.body).strip(), self.tags.tool_format, tools=self.tools)
+            self.typed = self.format.parse("".join(self.body).strip(), self.tools)
         name, arguments = self.typed[k]
         return _Call(name, arguments)
 
@@ -307,29 +337,10 @@ class Channels:
         """The request's tools as plain dicts where the format types values by their schema
         (XML formats), else None: made once, when a body first needs them (a request's
         schemas may be large, and most formats never read them)."""
-        return _tool_dicts(self.request) if self.tags.tool_format in _SCHEMA_TYPED else None
+        return self._tools() if self.format.typed_by_schema else None
 
     def _new_id(self, name: str) -> str:
-        state = self.parser._stream_state  # noqa: SLF001 (the Parser base's own state)
-        if self.tags.tool_format == "mistral":
-            tool_id = mistral_tool_id()
-        else:
-            tool_id = make_tool_call_id(id_type=state.tool_call_id_type, func_name=name, idx=state.history_tool_call_cnt)
-        state.history_tool_call_cnt += 1
-        return tool_id  # type: ignore[no-any-return]
-
-
-def mistral_tool_id() -> str:
-    """A Mistral tool call id: 9 random letters and digits, as vLLM's ``mistral`` parser
-    makes them (``MistralToolCall``); Mistral's chat templates refuse any other id when the
-    conversation comes back with the call in it."""
-    return "".join(random.choices(_ALPHANUMERIC, k=9))
-
-
-_ALPHANUMERIC = string.ascii_letters + string.digits
-
-
-_SCHEMA_TYPED = ("qwen3_xml", "glm45")
+        return self._new_call_id(name, self.format)
 
 
 class _Call(NamedTuple):
@@ -337,14 +348,6 @@ class _Call(NamedTuple):
 
     name: str
     arguments: str
-
-
-def _tool_dicts(request: Any) -> list[dict[str, Any]] | None:
-    """The request's tools as plain dicts (vLLM keeps them as pydantic models)."""
-    tools = getattr(request, "tools", None)
-    if not tools:
-        return None
-    return [t.model_dump() if hasattr(t, "model_dump") else dict(t) for t in tools]
 
 
 class _Merged:
@@ -356,23 +359,11 @@ class _Merged:
         self.text, self.reasoning, self.tool_calls = text, reasoning, tool_calls
 
 
-def live_tags(parser: Any, request: Any) -> TagSet | None:
-    """The tags live in this request: reasoning tags with a reasoning parser, tool tags
-    with a tool parser and a request whose tools are not switched off."""
-    tags = parser.tags
-    reasoning = parser.reasoning_parser is not None and tags.reasoning_open is not None
-    tools = (
-        parser.tool_parser is not None
-        and tags.tool_open is not None
-        and bool(getattr(request, "tools", None))
-        and getattr(request, "tool_choice", None) != "none"
-    )
-    return _live(tags, reasoning, tools)
-
-
 @functools.cache
-def _live(tags: TagSet, reasoning: bool, tools: bool) -> TagSet | None:
-    """``tags`` with the halves not live left out (one TagSet per combination)."""
+def live_tags(tags: TagSet, reasoning: bool, tools: bool) -> TagSet | None:
+    """``tags`` with the halves not live in a request left out (one TagSet per combination;
+    None when neither is): a reasoning half where the server splits reasoning, a tool half
+    where it reads tool calls and the request has tools it did not switch off."""
     if not reasoning and not tools:
         return None
     return TagSet(
@@ -383,26 +374,3 @@ def _live(tags: TagSet, reasoning: bool, tools: bool) -> TagSet | None:
         tags.tool_close if tools else None,
         tags.tool_format,
     )
-
-
-def _stops(request: Any) -> tuple[str, ...]:
-    stop = getattr(request, "stop", None)
-    return (stop,) if isinstance(stop, str) else tuple(stop or ())
-
-
-def _stop_ids(tokenizer: Any, request: Any) -> frozenset[int]:
-    """The ids that end a request without text: its stop token ids and the tokenizer's EOS
-    (read at the finish only: a Hugging Face tokenizer's ``eos_token_id`` costs about a
-    microsecond)."""
-    ids = set(getattr(request, "stop_token_ids", None) or ())
-    eos = getattr(tokenizer, "eos_token_id", None)
-    if isinstance(eos, int):
-        ids.add(eos)
-    return frozenset(ids)
-
-
-def _detokenizer_is_ours() -> bool:
-    """Whether this process's vLLM detokenizer is the plugin's (which reads the tags)."""
-    from detok_plugin.integrations.vllm import is_registered
-
-    return bool(is_registered())

@@ -1,0 +1,104 @@
+"""Tool-call and reasoning formats, one module per model family; :data:`FAMILIES` is the registry.
+
+Each family module defines one :class:`Family`: its :class:`ToolFormat` (the finished
+parse, the streaming reader, what a server must know) and the presets (:class:`Preset`:
+the markers) that write it. The core parses finished bodies through :func:`tool_format`,
+``TagSet.preset`` reads :func:`preset`, a chat layer reads bodies as they stream through
+the format's ``reader``, and the vLLM shim registers a ``detok_<preset>`` parser per preset.
+
+========== ======================== ============================== =====================
+preset     reasoning                tool call                      module (format)
+========== ======================== ============================== =====================
+qwen3      ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` hermes (hermes)
+hermes     (same as qwen3)
+llama3     none                     ``<|python_tag|>`` to the end    llama3 (llama3)
+mistral    none                     ``[TOOL_CALLS]`` to the end      mistral (mistral)
+magistral  ``[THINK]``/``[/THINK]``   ``[TOOL_CALLS]`` to the end      mistral (mistral)
+deepseek_r1 ``<think>``/``</think>`` ``<｜tool▁calls▁begin｜>`` ...  deepseek_r1 (deepseek)
+deepseek_v31 (same as deepseek_r1)  (same as deepseek_r1)          deepseek_v31 (deepseek_v31)
+kimi_k2    ``<think>``/``</think>`` ``<|tool_calls_section_begin|>`` kimi_k2 (kimi_k2)
+qwen3_coder ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` qwen3_coder (qwen3_xml)
+glm45      ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` glm45 (glm45)
+========== ======================== ============================== =====================
+
+Adding a family: one module that builds a ``FAMILY``, and one entry in :data:`FAMILIES`
+(or, from outside the package, :func:`register`).
+"""
+
+from __future__ import annotations
+
+from . import deepseek_r1, deepseek_v31, glm45, hermes, kimi_k2, llama3, mistral, qwen3_coder
+from ._format import BodyReader, Event, Family, Preset, ToolFormat, Tools
+
+__all__ = [
+    "FAMILIES",
+    "BodyReader",
+    "Event",
+    "Family",
+    "Preset",
+    "ToolFormat",
+    "parse_tool_body",
+    "preset",
+    "preset_names",
+    "register",
+    "tool_format",
+]
+
+#: The registry: every family the package ships.
+FAMILIES: tuple[Family, ...] = (
+    hermes.FAMILY,
+    llama3.FAMILY,
+    mistral.FAMILY,
+    deepseek_r1.FAMILY,
+    deepseek_v31.FAMILY,
+    kimi_k2.FAMILY,
+    qwen3_coder.FAMILY,
+    glm45.FAMILY,
+)
+
+_FORMATS: dict[str, ToolFormat] = {}
+_PRESETS: dict[str, tuple[Preset, ToolFormat]] = {}
+
+
+def register(family: Family) -> None:
+    """Add a family (its format and presets by name; a name given again is replaced)."""
+    _FORMATS[family.format.name] = family.format
+    for p in family.presets:
+        _PRESETS[p.name] = (p, family.format)
+
+
+for _family in FAMILIES:
+    register(_family)
+
+
+def tool_format(name: str) -> ToolFormat:
+    """The tool format called ``name``; ``ValueError`` for an unknown one."""
+    try:
+        return _FORMATS[name]
+    except KeyError:
+        raise ValueError(f"unknown tool format {name!r}; choose one of {sorted(_FORMATS)}") from None
+
+
+def preset(name: str) -> tuple[Preset, ToolFormat]:
+    """The markers called ``name`` and the format they write; ``ValueError`` for an unknown one."""
+    try:
+        return _PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown tag preset {name!r}; choose one of {sorted(_PRESETS)}") from None
+
+
+def preset_names() -> tuple[str, ...]:
+    return tuple(sorted(_PRESETS))
+
+
+def parse_tool_body(body: str, fmt: str, *, tools: Tools = None) -> list[tuple[str, str]]:
+    """Parse a finished tool-call body into ``[(name, arguments_json), ...]``.
+
+    Raises ``ValueError`` (``json.JSONDecodeError`` is one) for a malformed body.
+    ``tools`` (OpenAI's request field, as plain dicts) types the values of the formats
+    that are typed by schema (``qwen3_xml``, ``glm45``); without it they stay strings.
+
+    >>> parse_tool_body('{"name": "get_time", "arguments": {"tz": "東京"}}', "hermes")
+    [('get_time', '{"tz": "東京"}')]
+    """
+    return tool_format(fmt).parse(body, tools)

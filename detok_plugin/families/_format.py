@@ -1,0 +1,77 @@
+"""What one model family's tool-call format is, as data: its markers, the parse of a finished
+body, the reader of a body as it streams, and what a server must know of it.
+
+A family module (``hermes.py``, ``kimi_k2.py``, ...) builds one :class:`Family`; the
+registry (``families/__init__.py``) lists them. Nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias
+
+__all__ = ["BodyReader", "Event", "Family", "Preset", "ToolFormat", "Tools"]
+
+#: One thing a reader makes safe to send: (call number within the body, the call's name
+#: when it is first known, a piece of its ``arguments`` JSON).
+Event = tuple[int, "str | None", str]
+
+#: OpenAI's request field ``tools``, as plain dicts (the XML formats type values by it).
+Tools: TypeAlias = "Sequence[Mapping[str, Any]] | None"
+
+
+class BodyReader(Protocol):
+    """One tool-call body, fed as the core streams it.
+
+    ``feed(text)`` returns the events that text makes safe to send; ``calls`` is how many
+    calls have had their name sent, ``args[k]`` what was sent of call k's arguments and
+    ``done[k]`` whether all of it. What was sent is always a prefix of the finished parse.
+    """
+
+    calls: int
+    done: list[bool]
+
+    @property
+    def args(self) -> list[str]: ...
+
+    def feed(self, text: str) -> list[Event]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """The markers one model family writes; ``tool_close=None``: a body runs to the end."""
+
+    name: str
+    reasoning_open: str | None
+    reasoning_close: str | None
+    tool_open: str | None
+    tool_close: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFormat:
+    """A tool-call body format.
+
+    ``parse(body, tools)`` reads a finished body into ``[(name, arguments_json), ...]`` and
+    raises ``ValueError`` on a malformed one; ``reader(tools)`` makes a :class:`BodyReader`.
+    ``typed_by_schema``: values are text until the request's tool schemas type them (the
+    XML formats). ``keeps_special_tokens``: the body's markers are special tokens, so a
+    request with tools must keep special tokens in its text. ``call_id``: makes the only
+    tool-call ids the family's chat template accepts back; None: any id (the server's own).
+    """
+
+    name: str
+    parse: Callable[[str, Tools], list[tuple[str, str]]]
+    reader: Callable[[Tools], BodyReader]
+    typed_by_schema: bool = False
+    keeps_special_tokens: bool = False
+    call_id: Callable[[], str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One family module's whole contribution: its format and the presets that use it."""
+
+    format: ToolFormat
+    presets: tuple[Preset, ...]

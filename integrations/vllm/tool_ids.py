@@ -1,0 +1,24 @@
+"""Tool-call ids, as vLLM's own parsers make them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from detok_plugin import families
+
+from . import _framework
+
+__all__ = ["new_call_id"]
+
+
+def new_call_id(parser: Any, name: str, fmt: families.ToolFormat | None = None) -> str:
+    """A tool-call id for ``name`` (the family's own kind where its template accepts no
+    other, ``ToolFormat.call_id``), counted in the parser's stream state as vLLM counts it."""
+    state = parser._stream_state  # the vLLM Parser base's own state
+    if fmt is not None and fmt.call_id is not None:
+        tool_id = fmt.call_id()
+    else:
+        make = _framework.chat_api().make_tool_call_id
+        tool_id = make(id_type=state.tool_call_id_type, func_name=name, idx=state.history_tool_call_cnt)
+    state.history_tool_call_cnt += 1
+    return str(tool_id)
