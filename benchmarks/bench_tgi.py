@@ -129,8 +129,8 @@ def text_path(model, requests, recorded, repeats: int) -> None:
     import time
 
     import torch
-    from detok_plugin.integrations._tgi_step import criteria_class, prepare, rewrite
     from detok_plugin.integrations.tgi import Settings
+    from detok_plugin.integrations.tgi.step import criteria_class, prepare, rewrite
     from text_generation_server.models.types import GeneratedText, Generation, Tokens
     from text_generation_server.pb import generate_pb2 as pb
     from text_generation_server.utils.tokens import StoppingCriteria
@@ -271,7 +271,7 @@ def step_pairs(model, size: int, pairs: int) -> dict[bool, list[float]]:
     import tgi_harness
     import torch
     from detok_plugin.integrations import tgi
-    from detok_plugin.integrations._tgi_step import STOCK_ATTR
+    from detok_plugin.integrations.tgi._framework import STOCK_ATTR
     from text_generation_server.pb import generate_pb2 as pb
     from text_generation_server.utils.tokens import StoppingCriteria
 

@@ -12,7 +12,7 @@ gives every live request one id. What is timed, per step: vLLM's real
 * ``stock``: ``DETOK_PLUGIN=0``, ``--reasoning-parser qwen3 --tool-call-parser hermes``;
 * ``detok``: ``DETOK_PLUGIN=1``, ``--reasoning-parser detok_qwen3 --tool-call-parser detok_qwen3``;
 * ``detok, no shortcut``: the same with the common-id shortcut of both layers off
-  (``_reasoning_stream.RestTexts``: every id through the core), the simpler design
+  (``detok_plugin._tagged.RestTexts``: every id through the core), the simpler design
   measured beside it;
 * ``floor``: ``DETOK_PLUGIN=1`` with no tags (the plugin's ``ServingStream``) and a parser that
   returns ``DeltaMessage(content=delta_text)`` for a step with text: what vLLM's own
@@ -44,7 +44,6 @@ from unittest import mock
 
 from _common import PARAGRAPHS, table, tokenizer_zoo
 from detok_plugin.integrations import vllm as shim
-from detok_plugin.integrations._reasoning_stream import RestTexts
 from vllm.entrypoints.generate.base.protocol import DeltaMessage
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor
@@ -53,6 +52,8 @@ from vllm.parser.abstract_parser import Parser
 from vllm.tokenizers.hf import get_cached_tokenizer
 from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest, FinishReason
 from vllm.v1.engine.output_processor import OutputProcessor
+
+from detok_plugin._tagged import RestTexts
 
 STOPS = ["<|end_of_answer|>", "\n\nUser:", "###", "STOP!"]
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]

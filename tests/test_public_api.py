@@ -10,6 +10,8 @@ import detok_plugin
 from detok_plugin import _errors
 
 PUBLIC = {
+    "ChatParts",
+    "ChatStream",
     "Delta",
     "DetokError",
     "DetokenizerState",
@@ -18,6 +20,7 @@ PUBLIC = {
     "ServingStream",
     "StreamFinishedError",
     "TagSet",
+    "TaggedServingStream",
     "TokenIdError",
     "TokenTable",
     "TokenTypeError",
@@ -25,7 +28,9 @@ PUBLIC = {
     "UnsupportedTokenizerError",
     "build_table",
     "decode_with_table",
+    "families",
     "forget",
+    "live_tags",
     "parse_tool_body",
 }
 

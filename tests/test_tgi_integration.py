@@ -18,8 +18,10 @@ import types
 from pathlib import Path
 
 import pytest
-from detok_plugin.integrations import _tgi_request, tgi
-from detok_plugin.integrations._tgi_request import (
+from detok_plugin.integrations import tgi
+from detok_plugin.integrations.tgi import _framework as tgi_framework
+from detok_plugin.integrations.tgi import patching as tgi_install
+from detok_plugin.integrations.tgi.request import (
     FINISH_EOS_TOKEN,
     FINISH_LENGTH,
     FINISH_STOP_SEQUENCE,
@@ -103,7 +105,7 @@ def test_the_hook_arms_on_the_flag_and_imports_nothing_else(tmp_path, flag, arme
     assert tgi._main(["install-pth", "--site-dir", str(tmp_path)]) == 0
     code = (
         f"import site, sys; site.addsitedir({str(tmp_path)!r}); "
-        "shim = sys.modules.get('detok_plugin.integrations.tgi'); "
+        "shim = sys.modules.get('detok_plugin.integrations.tgi.patching'); "
         "armed = shim is not None and shim._HOOK in sys.meta_path; "
         "heavy = [m for m in ('torch', 'transformers', 'text_generation_server') if m in sys.modules]; "
         "print(armed, heavy)"
@@ -120,9 +122,9 @@ def test_uninstall_disarms_the_hook(monkeypatch):
     monkeypatch.setenv("DETOK_PLUGIN", "1")
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     tgi._startup()
-    assert tgi._HOOK in sys.meta_path
+    assert tgi_install._HOOK in sys.meta_path
     assert tgi.uninstall() is True
-    assert tgi._HOOK not in sys.meta_path
+    assert tgi_install._HOOK not in sys.meta_path
 
 
 # --- stops, EOS, length: codes and texts on real tokenizers ----------------------------
@@ -242,7 +244,7 @@ def test_texts_are_one_per_id_and_join_to_the_text(load_tokenizer):
 def test_an_unknown_id_is_logged_not_raised(load_tokenizer, caplog):
     tok = load_tokenizer("qwen3")
     req = _build(tok, "Q:")
-    with caplog.at_level(logging.WARNING, logger=_tgi_request.logger.name):
+    with caplog.at_level(logging.WARNING, logger=tgi_framework.logger.name):
         assert req.push(10**9) is None
     assert req.texts == [""] and "1000000000" in caplog.text
 
@@ -302,7 +304,7 @@ class _Generation:  # TGI's models.types.Generation, the fields rewrite reads
     ],
 )
 def test_each_generation_gets_its_own_requests_texts(stock_at, order, load_tokenizer):
-    from detok_plugin.integrations._tgi_step import criteria_class, prepare, rewrite
+    from detok_plugin.integrations.tgi.step import criteria_class, prepare, rewrite
 
     tok = load_tokenizer("qwen3")
     cls = criteria_class(_StockCriteria, Settings(enabled=True))
@@ -334,7 +336,7 @@ def test_a_stream_that_raises_leaves_its_request_to_tgi_and_raises_nothing(verb,
     bug), in the id-by-id ``push_text`` or in the ``finish`` that ends the request, the
     criteria logs it and answers as TGI's own from then on, and that request's records keep
     TGI's texts; the other request keeps the core's."""
-    from detok_plugin.integrations._tgi_step import criteria_class, prepare, rewrite
+    from detok_plugin.integrations.tgi.step import criteria_class, prepare, rewrite
 
     from detok_plugin import ServingStream
 
@@ -358,7 +360,7 @@ def test_a_stream_that_raises_leaves_its_request_to_tgi_and_raises_nothing(verb,
     batch = types.SimpleNamespace(requests=[types.SimpleNamespace(id=10 + k) for k in range(2)],
                                   stopping_criterias=criterias, all_input_ids=prompts)
     sent, ends = {0: [], 1: []}, {}
-    with caplog.at_level(logging.ERROR, logger=_tgi_request.logger.name):
+    with caplog.at_level(logging.ERROR, logger=tgi_framework.logger.name):
         for t in range(max(map(len, outs))):
             ours = prepare(batch, cls)
             gens = []

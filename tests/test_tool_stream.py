@@ -1,4 +1,4 @@
-"""The JSON tool-call body reader (``integrations/_tool_stream.BodyReader``): linear work on
+"""The JSON tool-call body reader (``detok_plugin.families._json_reader``): linear work on
 long bodies. No timing: the strings the reader keeps. A string grown by ``+=`` on each
 piece copies all it holds every time (quadratic in the body's length); one the reader
 drops once read does not grow."""
@@ -6,16 +6,11 @@ drops once read does not grow."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
+from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from detok_plugin.integrations import _tool_stream  # noqa: E402
-from detok_plugin.integrations._tool_stream import BodyReader  # noqa: E402
+from detok_plugin.families import _json_reader, tool_format
 
 N = 20_000
 TEXT = ("def f(x):\n    return x * 2  # </tool_call> is text here\n" * (N // 50 + 1))[:N]
@@ -42,7 +37,7 @@ LONG = {
 }
 
 
-def _longest_text_kept(reader: BodyReader) -> int:
+def _longest_text_kept(reader: Any) -> int:
     """The longest string among the reader's attributes, or in a list it keeps."""
     longest = 0
     for slot in type(reader).__slots__:
@@ -62,7 +57,7 @@ def test_a_long_body_in_small_pieces_keeps_no_string_that_grows_with_it(case: st
     until the text-before-the-call cases were added a DeepSeek or Kimi head kept all text
     before a call's marker: each held the whole body (20,000 characters here, not a few)."""
     fmt, body, streams = LONG[case]
-    reader = BodyReader(fmt)  # type: ignore[arg-type]
+    reader = tool_format(fmt).reader(None)
     sent: list[str] = []
     kept = 0
     for at in range(0, len(body), 5):
@@ -88,9 +83,9 @@ def test_a_long_body_in_small_pieces_keeps_no_string_that_grows_with_it(case: st
 def test_the_piece_scan_memo_is_bounded() -> None:
     """Scans of argument pieces are remembered for every reader; distinct pieces without
     end do not grow the memo past its bound."""
-    reader = BodyReader("hermes")
+    reader = tool_format("hermes").reader(None)
     reader.feed('{"name": "f", "arguments": {"a": "')
-    for i in range(_tool_stream._SCANS_MAX + 100):
+    for i in range(_json_reader._SCANS_MAX + 100):
         assert reader.feed(f"x{i}") == [(0, None, f"x{i}")]
-    assert len(_tool_stream._SCANS) <= _tool_stream._SCANS_MAX
+    assert len(_json_reader._SCANS) <= _json_reader._SCANS_MAX
     assert reader.feed('"}}') == [(0, None, '"}')]

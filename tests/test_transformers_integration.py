@@ -41,7 +41,7 @@ from detok_plugin.integrations.transformers import (  # noqa: E402
     DetokDiffusionStreamer,
     DetokIteratorStreamer,
     DetokStopCriteria,
-    DetokStreamer,
+    DetokStreamer,  # noqa: E402
 )
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

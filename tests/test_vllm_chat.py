@@ -27,8 +27,8 @@ pytest.importorskip("vllm.parser.abstract_parser", reason="vLLM 0.32+ is not ins
 
 import tokenizer_zoo  # noqa: E402
 from detok_plugin.integrations import vllm as shim  # noqa: E402
-from detok_plugin.integrations import vllm_chat  # noqa: E402
-from detok_plugin.integrations._reasoning_stream import RestTexts  # noqa: E402
+from detok_plugin.integrations.vllm import chat as vllm_chat  # noqa: E402
+from detok_plugin.integrations.vllm import chat_registry  # noqa: E402
 from vllm.entrypoints.generate.base.protocol import DeltaMessage  # noqa: E402
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
 from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor  # noqa: E402
@@ -38,6 +38,7 @@ from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest, FinishReason  # 
 from vllm.v1.engine.output_processor import OutputProcessor  # noqa: E402
 
 from detok_plugin import build_table  # noqa: E402
+from detok_plugin._tagged import RestTexts  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}}}]
@@ -156,7 +157,7 @@ def chat(
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DETOK_PLUGIN", "1" if plugin else "0")
         shim.register()
-        vllm_chat.register_chat_parsers()  # the names, also with the detokenizer off
+        chat_registry.register_chat_parsers()  # the names, also with the detokenizer off
         try:
             return _replay(fam, tok, out, step, stop, names or fam.names, tools, prompt or fam.prompt, fields, finish)
         finally:
@@ -471,7 +472,7 @@ def test_non_streaming_parse_equals_the_stream() -> None:
     fam = FAMILIES["qwen3"]
     tok = tokenizer(fam.tokenizer)
     out = answer(fam)
-    vllm_chat.register_chat_parsers()
+    chat_registry.register_chat_parsers()
     parser_cls = ParserManager.get_parser(tool_parser_name="detok_qwen3", reasoning_parser_name="detok_qwen3",
                                           enable_auto_tools=True, tokenizer=tok)
     request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS)
@@ -650,7 +651,7 @@ def test_stock_wrong_llama3_python_tag_after_text() -> None:
 
 
 def test_detok_names_compose_detoks_parser_and_others_stay_vllms() -> None:
-    vllm_chat.register_chat_parsers()
+    chat_registry.register_chat_parsers()
     try:
         tok = tokenizer("qwen3")
         ours = ParserManager.get_parser(tool_parser_name="detok_qwen3", reasoning_parser_name="detok_qwen3",
@@ -664,7 +665,7 @@ def test_detok_names_compose_detoks_parser_and_others_stay_vllms() -> None:
             ParserManager.get_parser(tool_parser_name="hermes", reasoning_parser_name="detok_qwen3",
                                      enable_auto_tools=True, tokenizer=tok)
     finally:
-        vllm_chat.unregister_chat_parsers()
+        chat_registry.unregister_chat_parsers()
 
 
 def test_every_stock_wrong_case_has_its_test() -> None:
@@ -676,9 +677,8 @@ def test_an_unknown_id_counts_towards_min_tokens_as_in_the_serving_stream() -> N
     """An id past the vocabulary (a padded vocabulary can sample one) renders as "" and is
     counted: with the reasoning tags live, a stop that completes after min_tokens ids,
     unknown ones included, ends the stream, as it does in the plain serving stream."""
-    from detok_plugin.integrations._reasoning_stream import ReasoningAwareStream
-
     from detok_plugin import ServingStream, TagSet
+    from detok_plugin import TaggedServingStream as ReasoningAwareStream
 
     tok = tokenizer("qwen3")
     text = enc(tok, "xy STOP more")

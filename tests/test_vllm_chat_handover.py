@@ -6,7 +6,7 @@ ends the reply. The detok parsers do not let one out: the error is logged, namin
 request, and from the failing step on each step's text from the detokenizer (vLLM's
 ``OutputProcessor``, the plugin on) is sent as content. What was sent before stays as sent.
 
-The faults are injected into the parser's :class:`_chat_channels.Channels`: when it is
+The faults are injected into the parser's :class:`ChatStream`: when it is
 built (the first step), at the start of a step (nothing taken), or after the core took the
 step's ids (``Channels._take``), at steps in the reasoning, the answer and the tool body;
 and into gpt-oss's ``_harmony.HarmonyChannels`` mid-reply.
@@ -24,10 +24,13 @@ import pytest
 
 pytest.importorskip("vllm.parser.abstract_parser", reason="vLLM 0.32+ is not installed: pip install detok-plugin[vllm]")
 
-from detok_plugin.integrations import _chat_channels, vllm_chat  # noqa: E402
+from detok_plugin.integrations.vllm import chat as vllm_chat  # noqa: E402
+from detok_plugin.integrations.vllm import chat_registry  # noqa: E402
 from test_vllm_chat import FAMILIES, TOOLS, Chat, answer, chat, enc, tokenizer  # noqa: E402
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
 from vllm.parser import ParserManager  # noqa: E402
+
+from detok_plugin import ChatStream  # noqa: E402
 
 LOGGER = "vllm.detok_plugin"
 
@@ -105,7 +108,7 @@ def test_a_step_that_raises_sends_the_detokenizers_text_from_then_on(
     out = answer(fam)
     at = step_in(fam, where)  # Channels.message is called once per step: its call at + 1
     clean = chat(fam, out)
-    monkeypatch.setattr(_chat_channels.Channels, "message", faulty(_chat_channels.Channels.message, at + 1))
+    monkeypatch.setattr(ChatStream, "message", faulty(ChatStream.message, at + 1))
     with caplog.at_level(logging.ERROR, logger=LOGGER):
         seen = chat(fam, out)  # raises nothing
     assert_handed_over(seen, clean, at)
@@ -122,7 +125,7 @@ def test_a_fault_after_the_core_took_the_ids(step: int, monkeypatch: pytest.Monk
     fam = FAMILIES["qwen3"]
     out = answer(fam, thought="Split 🫨 characters 東京 and <thinking> about it.")
     clean = chat(fam, out, step=step)
-    monkeypatch.setattr(_chat_channels.Channels, "_take", faulty(_chat_channels.Channels._take, 3))
+    monkeypatch.setattr(ChatStream, "_take", faulty(ChatStream._take, 3))
     seen = chat(fam, out, step=step)
     assert_handed_over(seen, clean, failing_step(seen, clean))
 
@@ -135,7 +138,7 @@ def test_channels_that_cannot_be_built_leave_the_whole_reply_as_content(monkeypa
     def broken(self: Any, *args: Any, **kwargs: Any) -> None:
         raise Injected("no channels")
 
-    monkeypatch.setattr(_chat_channels.Channels, "__init__", broken)
+    monkeypatch.setattr(ChatStream, "__init__", broken)
     seen = chat(fam, out)
     assert_handed_over(seen, clean, 0)
     tok = tokenizer(fam.tokenizer)
@@ -146,7 +149,7 @@ def test_channels_that_cannot_be_built_leave_the_whole_reply_as_content(monkeypa
 
 def test_a_harmony_step_that_raises_sends_the_detokenizers_text_from_then_on(monkeypatch: pytest.MonkeyPatch) -> None:
     """gpt-oss's parser reads harmony by id (``_harmony.HarmonyChannels``): the same hand-over."""
-    from detok_plugin.integrations import _harmony
+    from detok_plugin.integrations.vllm import harmony as _harmony
     from test_vllm_chat_presets import CALL, FINAL, THOUGHT, harmony_chat, harmony_ids
 
     out = harmony_ids([THOUGHT, CALL, FINAL])
@@ -163,7 +166,7 @@ def test_non_streaming_parse_that_raises_returns_the_output_as_content(
     names: tuple[str, str], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     tok = tokenizer("qwen3")
-    vllm_chat.register_chat_parsers()
+    chat_registry.register_chat_parsers()
     parser_cls = ParserManager.get_parser(tool_parser_name=names[1], reasoning_parser_name=names[0],
                                           enable_auto_tools=True, tokenizer=tok)
     assert parser_cls is not None and issubclass(parser_cls, vllm_chat.DetokChatParser)

@@ -35,7 +35,7 @@ pytest.importorskip("vllm.parser.abstract_parser", reason="vLLM 0.32+ is not ins
 
 import tokenizer_zoo  # noqa: E402
 from detok_plugin.integrations import vllm as shim  # noqa: E402
-from detok_plugin.integrations import vllm_chat  # noqa: E402
+from detok_plugin.integrations.vllm import chat_registry  # noqa: E402
 from test_vllm_chat import Chat, Family, _replay, byte_ids  # noqa: E402
 from vllm.tokenizers.hf import get_cached_tokenizer  # noqa: E402
 
@@ -114,7 +114,7 @@ def chat(kind: str, names: tuple[str | None, str], out: list[int], *, step: int 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DETOK_PLUGIN", "1" if plugin else "0")
         shim.register()
-        vllm_chat.register_chat_parsers()
+        chat_registry.register_chat_parsers()
         try:
             return _replay(_FAMILY, tokenizer(kind), out, step, stop, names, tools, PROMPT, fields)
         finally:
@@ -232,7 +232,7 @@ def test_requests_with_tools_keep_special_tokens_as_vllms_parser_sets_them() -> 
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.parser import ParserManager
 
-    vllm_chat.register_chat_parsers()
+    chat_registry.register_chat_parsers()
     tok = tokenizer("special")
     for names, kept_without_tools in ((MAGISTRAL, False), (STOCK[MAGISTRAL], True)):
         cls = ParserManager.get_parser(tool_parser_name=names[1], reasoning_parser_name=names[0],

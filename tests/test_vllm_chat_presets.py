@@ -398,7 +398,7 @@ def test_values_are_typed_as_vllm_types_them(schema: dict[str, Any]) -> None:
     ``coerce_to_schema_type`` and ``extract_types_from_schema``, value by value."""
     from vllm.tool_parsers.utils import coerce_to_schema_type, extract_types_from_schema
 
-    from detok_plugin._xml_calls import coerce_value, schema_types
+    from detok_plugin.families._xml_values import coerce_value, schema_types
 
     for value in _VALUES:
         theirs = coerce_to_schema_type(value, extract_types_from_schema(schema))
@@ -565,14 +565,14 @@ def test_harmony_stock_wrong(case: str) -> None:
 
 def test_harmony_non_streaming_parse_equals_vllms() -> None:
     """``parse`` (a whole reply): bodies joined by newlines, as vLLM's harmony parser joins them."""
-    from detok_plugin.integrations import vllm_chat
+    from detok_plugin.integrations.vllm import chat_registry
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.parser import ParserManager
 
     messages = [THOUGHT, ("analysis", None, "More."), ("commentary", None, "Checking."), CALL]
     out = harmony_ids(messages)
     tok = tokenizer("gpt_oss")
-    vllm_chat.register_chat_parsers()
+    chat_registry.register_chat_parsers()
     results = []
     for names in (HARMONY.names, HARMONY.stock):
         cls = ParserManager.get_parser(
@@ -615,16 +615,15 @@ def _xml_bodies(draw: Any) -> tuple[str, str, list[dict[str, Any]], list[int]]:
 def test_the_xml_reader_streams_a_prefix_of_the_parse_at_any_chunking(case: tuple[str, str, list[dict[str, Any]], list[int]]) -> None:
     """Whatever the chunks, each call's streamed name is the parse's and its streamed
     arguments are a prefix of the parse's (all of them, for a call closed in the body)."""
-    from detok_plugin.integrations._xml_stream import XmlBodyReader
-
     from detok_plugin import parse_tool_body
+    from detok_plugin.families import tool_format
 
     fmt, body, tools, cuts = case
     try:
         want = parse_tool_body(body.strip(), fmt, tools=tools)  # type: ignore[arg-type]
     except ValueError:
         return  # a value that reads as a tag can break the layout: the parse reports it
-    reader = XmlBodyReader(fmt, tools)  # type: ignore[arg-type]
+    reader = tool_format(fmt).reader(tools)
     names: dict[int, str] = {}
     for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True):
         for k, name, _ in reader.feed(body[a:b]):
@@ -640,11 +639,11 @@ def test_the_xml_reader_streams_a_prefix_of_the_parse_at_any_chunking(case: tupl
 def test_harmony_structured_output_applies_to_the_final_message_as_vllms_does() -> None:
     """A JSON schema response format becomes the same harmony structural tag (analysis free,
     the schema in ``final`` only) with detok's parser as with vLLM's."""
-    from detok_plugin.integrations import vllm_chat
+    from detok_plugin.integrations.vllm import chat_registry
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.parser import ParserManager
 
-    vllm_chat.register_chat_parsers()
+    chat_registry.register_chat_parsers()
     tok = tokenizer("gpt_oss")
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
     tags = []

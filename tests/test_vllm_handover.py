@@ -18,7 +18,6 @@ import pytest
 
 pytest.importorskip("vllm.v1.engine.output_processor", reason="vLLM is not installed: pip install detok-plugin[vllm]")
 
-from detok_plugin.integrations import vllm as shim  # noqa: E402
 from test_vllm_integration import (  # noqa: E402
     CUMULATIVE,
     DELTA,
@@ -97,7 +96,7 @@ def test_a_stream_that_raises_hands_its_request_to_stock_and_the_loop_goes_on(na
     at = {f"r{i}": 1 + (i * 3) % 11 for i in range(0, len(reqs), 2)}
     with (
         pytest.MonkeyPatch.context() as mp,
-        caplog.at_level(logging.ERROR, logger=shim.logger.name),
+        caplog.at_level(logging.ERROR, logger="vllm.detok_plugin"),
         detokenizer(plugin=True),
         faults(mp, "push_text", at, after=after) as calls,
         faults(mp, "finish", {}, after=False) as finished,
@@ -129,7 +128,7 @@ def test_a_stream_that_raises_in_finish_is_handed_over_too(name, kind, caplog):
     at = {f"r{i}": 1 for i in range(len(reqs))}
     with (
         pytest.MonkeyPatch.context() as mp,
-        caplog.at_level(logging.ERROR, logger=shim.logger.name),
+        caplog.at_level(logging.ERROR, logger="vllm.detok_plugin"),
         detokenizer(plugin=True),
         faults(mp, "finish", at, after=False) as calls,
     ):
@@ -159,7 +158,7 @@ def test_a_request_whose_stream_cannot_be_built_stays_stock(name, caplog):
             raise Injected("fault in from_tokenizer")
         return real(cls, tokenizer, **kw)
 
-    with pytest.MonkeyPatch.context() as mp, caplog.at_level(logging.ERROR, logger=shim.logger.name):
+    with pytest.MonkeyPatch.context() as mp, caplog.at_level(logging.ERROR, logger="vllm.detok_plugin"):
         mp.setattr(ServingStream, "from_tokenizer", classmethod(failing))
         with detokenizer(plugin=True):
             seqs = replay(vllm_tokenizer(name), reqs, step=1)
@@ -182,7 +181,7 @@ def test_when_stock_fails_too_the_request_goes_on_without_text(caplog):
             raise Injected("fault in stock")
         return real_update(self, new_token_ids, stop_terminated)
 
-    with pytest.MonkeyPatch.context() as mp, caplog.at_level(logging.ERROR, logger=shim.logger.name):
+    with pytest.MonkeyPatch.context() as mp, caplog.at_level(logging.ERROR, logger="vllm.detok_plugin"):
         mp.setattr(vllm_detokenizer.BaseIncrementalDetokenizer, "update", stock_update)
         with detokenizer(plugin=True), faults(mp, "push_text", at, after=False):
             seqs = replay(vllm_tokenizer(name), reqs, step=1)

@@ -25,6 +25,8 @@ pytest.importorskip("vllm.v1.engine.output_processor", reason="vLLM is not insta
 
 import tokenizer_zoo  # noqa: E402
 from detok_plugin.integrations import vllm as shim  # noqa: E402
+from detok_plugin.integrations.vllm import _framework as vllm_framework  # noqa: E402
+from detok_plugin.integrations.vllm import plugin as vllm_plugin  # noqa: E402
 from helpers import MULTILINGUAL, expected  # noqa: E402
 from vllm.sampling_params import RequestOutputKind, SamplingParams  # noqa: E402
 from vllm.tokenizers.hf import get_cached_tokenizer  # noqa: E402
@@ -301,7 +303,7 @@ def test_settings_read_the_flag_in_one_place():
 
 def test_an_odd_flag_value_warns_and_keeps_stock(monkeypatch, caplog):
     monkeypatch.setenv("DETOK_PLUGIN", "maybe")
-    with caplog.at_level(logging.WARNING, logger=shim.logger.name):
+    with caplog.at_level(logging.WARNING, logger="vllm.detok_plugin"):
         assert not shim.register()
     assert not shim.is_registered()
     assert "DETOK_PLUGIN='maybe'" in caplog.text
@@ -434,7 +436,7 @@ def test_the_on_line_waits_for_vllms_logging_and_goes_out_once_through_it(monkey
     monkeypatch.setattr(vllm_logger, "configure_logging", configure)
     monkeypatch.setenv("DETOK_PLUGIN", "1")
     shim.unregister()
-    monkeypatch.setattr(shim, "_Startup", shim._StartupState())  # nothing earlier tests left waiting
+    monkeypatch.setattr(vllm_plugin, "_Startup", vllm_plugin._StartupState())  # nothing earlier tests left waiting
     vllm_root.handlers = []
     out = io.StringIO()
     monkeypatch.setattr(vllm_logger.envs, "VLLM_LOGGING_STREAM", "ext://sys.stdout", raising=False)
@@ -445,7 +447,7 @@ def test_the_on_line_waits_for_vllms_logging_and_goes_out_once_through_it(monkey
             vllm_logger.configure_logging(LoggingConfig())
             logging.getLogger("vllm").handlers[0].flush()
         lines = [line for line in out.getvalue().splitlines() if "detok-plugin: on" in line]
-        assert len(lines) == 1 and "INFO" in lines[0] and f"vLLM {shim._vllm_version()}" in lines[0]
+        assert len(lines) == 1 and "INFO" in lines[0] and f"vLLM {vllm_framework.vllm_version()}" in lines[0]
         assert vllm_logger.configure_logging is configure  # vLLM's own function is back
         shim.unregister()
         vllm_root.handlers = []
@@ -461,21 +463,21 @@ def test_the_on_line_waits_for_vllms_logging_and_goes_out_once_through_it(monkey
 
 def test_unverified_version_is_named_and_contract_checked(monkeypatch, caplog):
     monkeypatch.setenv("DETOK_PLUGIN", "1")
-    monkeypatch.setattr(shim, "_vllm_version", lambda: "9.9.9")
-    with caplog.at_level(logging.WARNING, logger=shim.logger.name):
+    monkeypatch.setattr(vllm_framework, "vllm_version", lambda: "9.9.9")
+    with caplog.at_level(logging.WARNING, logger="vllm.detok_plugin"):
         assert shim.register()
     assert "vLLM 9.9.9 is not a version detok-plugin has verified" in caplog.text
 
 
 def test_broken_contract_keeps_stock_and_says_why(monkeypatch, caplog):
     monkeypatch.setenv("DETOK_PLUGIN", "1")
-    monkeypatch.setattr(shim, "_vllm_version", lambda: "9.9.9")
+    monkeypatch.setattr(vllm_framework, "vllm_version", lambda: "9.9.9")
 
     def update(self, new_token_ids, stop_terminated, extra):  # a future signature
         return None
 
     monkeypatch.setattr(vllm_detokenizer.IncrementalDetokenizer, "update", update)
-    with caplog.at_level(logging.WARNING, logger=shim.logger.name):
+    with caplog.at_level(logging.WARNING, logger="vllm.detok_plugin"):
         assert not shim.register()
     assert not shim.is_registered()
     assert "NOT switched on" in caplog.text and "IncrementalDetokenizer.update" in caplog.text
@@ -687,7 +689,7 @@ def test_out_of_vocabulary_id_is_skipped_like_decode_and_logged(caplog, stop, st
             insides += 1
             reqs.append(Req(prompt, [out[: inside[0]] + [bad] + out[inside[0] :]], {"stop": stop}))
     assert insides >= 2
-    with detokenizer(plugin=True), caplog.at_level(logging.WARNING, logger=shim.logger.name):
+    with detokenizer(plugin=True), caplog.at_level(logging.WARNING, logger="vllm.detok_plugin"):
         for _ in range(2):
             check(name, reqs, replay(tok, reqs, step=step))
     assert f"token id {bad}" in caplog.text

@@ -1,8 +1,8 @@
-"""The XML tool-call body reader (``integrations/_xml_stream.py``): what it sends at any
+"""The XML tool-call body reader (``detok_plugin.families._xml_reader``): what it sends at any
 chunking, and that reading a long body costs linear work.
 
 The oracle for what is sent: the reader's documented rules (the streamed arguments are a
-prefix of the parse at the close, ``detok_plugin._xml_calls`` through ``parse_tool_body``
+prefix of the parse at the close, the family's parse through ``parse_tool_body``
 with the request's tools, and all of it for a call closed in the body), the same text fed
 whole, and, piece by piece, what the rules allow (derived by hand).
 The oracle for cost, without timing: the text handed to the reader's regex searches, and
@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 import pytest
-from detok_plugin.integrations import _xml_stream
-from detok_plugin.integrations._xml_stream import XmlBodyReader
 from hypothesis import given
 from hypothesis import strategies as st
 
 from detok_plugin import parse_tool_body
+from detok_plugin.families import tool_format
+from detok_plugin.families._xml_reader import Search, XmlBodyReader
 
 PROPS = {"path": {"type": "string"}, "content": {"type": "string"}, "count": {"type": "integer"}, "options": {"type": "object"}}
 TOOLS = [{"type": "function", "function": {"name": n, "parameters": {"properties": PROPS}}} for n in ("write_file", "read_file")]
@@ -59,7 +60,7 @@ BODIES = {
 
 def _read(fmt: str, pieces: list[str]) -> tuple[XmlBodyReader, dict[int, str], dict[int, str]]:
     """Feed ``pieces``; each call's streamed name, and its streamed arguments joined."""
-    reader = XmlBodyReader(fmt, TOOLS)  # type: ignore[arg-type]
+    reader = tool_format(fmt).reader(TOOLS)
     names: dict[int, str] = {}
     args: dict[int, str] = {}
     for piece in pieces:
@@ -96,7 +97,7 @@ def test_each_piece_sends_what_the_rules_allow_at_once() -> None:
     """Per piece, derived by hand from the module's rules: a string value streams as it
     forms, its possible last newline is held, text that may become the closing tag is held,
     and a typed value goes whole at its close."""
-    reader = XmlBodyReader("qwen3_xml", TOOLS)  # type: ignore[arg-type]
+    reader = tool_format("qwen3_xml").reader(TOOLS)
     steps = [
         ("<function=write_file>\n<parameter=path>\nsrc/a", [(0, "write_file", ""), (0, None, '{"path": "src/a')]),
         (".py\n", [(0, None, ".py")]),  # the newline may be the value's last: held
@@ -156,15 +157,23 @@ class _CountingPattern:
         return getattr(self.pattern, name)
 
 
-def _count_searches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Wrap every compiled pattern of the module (alone or in a tuple) in a counter."""
+def _count_searches(monkeypatch: pytest.MonkeyPatch, reader: XmlBodyReader) -> list[int]:
+    """Wrap every compiled pattern the reader searches with in a counter: its dialect's, and
+    those of its family module (the head's)."""
     count = [0]
-    for name, value in list(vars(_xml_stream).items()):
+
+    def wrap(value: Any) -> Any:
         if isinstance(value, re.Pattern):
-            monkeypatch.setattr(_xml_stream, name, _CountingPattern(value, count))
-        elif isinstance(value, tuple) and any(isinstance(v, re.Pattern) for v in value):
-            wrapped = [_CountingPattern(v, count) if isinstance(v, re.Pattern) else v for v in value]
-            monkeypatch.setattr(_xml_stream, name, type(value)(*wrapped))
+            return _CountingPattern(value, count)
+        if isinstance(value, Search):
+            return Search(wrap(value.tag), wrap(value.tail))
+        return value
+
+    family = sys.modules[reader.dialect.head.__module__]
+    for name, value in list(vars(family).items()):
+        if isinstance(value, (re.Pattern, Search)):
+            monkeypatch.setattr(family, name, wrap(value))
+    reader.dialect = reader.dialect._replace(**{f: wrap(getattr(reader.dialect, f)) for f in reader.dialect._fields})
     return count
 
 
@@ -182,8 +191,9 @@ def test_a_long_body_in_one_character_pieces_is_searched_and_held_in_linear_work
     reader at a156c98 searched from the step's start on every feed (2e8 to 4e8 characters
     here, not 2e5) and held the whole body (20,000 characters, not 2,000)."""
     fmt, body = LONG[case]
-    searched = _count_searches(monkeypatch)
-    reader = XmlBodyReader(fmt, TOOLS)  # type: ignore[arg-type]
+    reader = tool_format(fmt).reader(TOOLS)
+    assert isinstance(reader, XmlBodyReader)
+    searched = _count_searches(monkeypatch, reader)
     held = 0
     for ch in body:
         reader.feed(ch)

@@ -41,7 +41,7 @@ The contract is private TGI API, checked by ``_framework`` (the package's one mo
 imports TGI): :func:`install` patches only when :func:`contract_problems` finds nothing; a
 contract whose source fingerprint (:func:`contract_fingerprint`) is not in
 :data:`VERIFIED_CONTRACTS` is logged as unverified. The package: ``request`` (one request's
-text, no TGI), ``step`` (the criteria and the ``generate_token`` wrapper), ``install``.
+text, no TGI), ``step`` (the criteria and the ``generate_token`` wrapper), ``patching`` (switching it on).
 
 >>> Settings.from_env({"DETOK_PLUGIN": "1"}).enabled
 True
@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from ..common.startup import pth_command, pth_line
 from ..common.switch import ENV_FLAG
 from ._framework import SERVER_MODULE, VERIFIED_CONTRACTS, contract_fingerprint, contract_problems
-from .install import install, installed, startup, uninstall
+from .patching import install, installed, startup, uninstall
 from .request import Settings
 from .step import criteria_class
 

@@ -1,7 +1,7 @@
 """The TGI shim inside TGI's step: the criteria subclass and the ``generate_token`` wrapper.
 
 Nothing here imports TGI: :func:`criteria_class` takes TGI's ``StoppingCriteria`` as the
-base, and :func:`wrap_generate_token` takes a stock ``generate_token``. ``install.install()``
+base, and :func:`wrap_generate_token` takes a stock ``generate_token``. ``patching.install()``
 puts them in place. What one step does, for the requests whose criteria are ours:
 
 1. :func:`prepare` (before the stock step): a request seen for the first time gets its

@@ -33,7 +33,7 @@ Switching it on without editing the application (``docs/transformers.md``):
   at start; it patches when ``transformers.generation.streamers`` is first imported.
 
 The package: ``streamers`` (``DetokStreamer``), ``iterators`` (the queue-backed ones),
-``stop_criteria``, ``install`` (switching it on), and ``_framework``, the one module that
+``stop_criteria``, ``patching`` (switching it on), and ``_framework``, the one module that
 imports transformers, lazily: importing the package is cheap and works without
 transformers; :func:`install` and :class:`DetokStopCriteria` raise an ImportError naming
 ``pip install detok-plugin[transformers]`` when it is missing.
@@ -56,7 +56,7 @@ from collections.abc import Sequence
 
 from ..common.startup import pth_command, pth_line
 from ..common.switch import ENV_FLAG
-from .install import install, installed, startup, uninstall
+from .patching import install, installed, startup, uninstall
 from .iterators import AsyncDetokIteratorStreamer, DetokDiffusionStreamer, DetokIteratorStreamer
 from .stop_criteria import DetokStopCriteria
 from .streamers import DetokStreamer
