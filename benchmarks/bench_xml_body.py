@@ -3,7 +3,7 @@ the quadratic reader it replaced, in one process.
 
 * ``quadratic``: ``integrations/_xml_stream.py`` at a156c98 (read from git), which searched
   and copied the whole value on every feed.
-* ``linear``: the reader in the working tree.
+* ``linear``: the reader in the working tree (``detok_plugin.families``, its XML dialects).
 
 Each reads one Qwen3-Coder call whose string parameter is N characters of code (a file
 written by a tool call), fed one character at a time as a token stream would, and a GLM-4.5
@@ -20,9 +20,11 @@ import json
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from _common import ROOT, interleaved_medians, table
-from detok_plugin.integrations._xml_stream import XmlBodyReader
+
+from detok_plugin.families import tool_format
 
 BASELINE = "a156c98"
 LINES = "for i in range(n):\n    if a[i] < b:\n        out.append('</p>')\n"
@@ -34,7 +36,8 @@ def quadratic_reader() -> type:
         ["git", "show", f"{BASELINE}:integrations/_xml_stream.py"], cwd=ROOT, capture_output=True, text=True, check=True
     )
     path = Path(tempfile.mkdtemp()) / "xml_stream_quadratic.py"
-    path.write_text(src.stdout, encoding="utf-8")
+    # Its value helpers live in detok_plugin.families._xml_values now, unchanged.
+    path.write_text(src.stdout.replace("detok_plugin._xml_calls", "detok_plugin.families._xml_values"), encoding="utf-8")
     spec = importlib.util.spec_from_file_location("xml_stream_quadratic", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -56,13 +59,14 @@ def main() -> None:
     ap.add_argument("--lengths", type=int, nargs="+", default=[1000, 8000, 64000])
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
-    readers = {"quadratic": quadratic_reader(), "linear": XmlBodyReader}
+    quadratic = quadratic_reader()
+    readers = {"quadratic": quadratic, "linear": lambda fmt, tools: tool_format(fmt).reader(tools)}
     tools = [{"type": "function", "function": {"name": "write_file", "parameters": {"properties": {"opts": {"type": "object"}}}}}]
     rows = []
     for n in args.lengths:
         for case, (fmt, body) in bodies(n).items():
 
-            def run(cls: type, fmt: str = fmt, body: str = body) -> None:
+            def run(cls: Any, fmt: str = fmt, body: str = body) -> None:
                 reader = cls(fmt, tools)
                 for ch in body:
                     reader.feed(ch)

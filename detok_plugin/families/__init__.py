@@ -22,26 +22,34 @@ glm45      ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` glm45 (glm4
 ========== ======================== ============================== =====================
 
 Adding a family: one module that builds a ``FAMILY``, and one entry in :data:`FAMILIES`
-(or, from outside the package, :func:`register`).
+(or, from outside the package, :func:`register`). A format whose arguments are JSON builds
+its reader from :class:`JsonBodyReader` and a :class:`Dialect` (its head, how its
+arguments end); the XML ones from ``_xml_reader``. Its test module feeds the reader at
+every chunking and checks what was sent against the parse (``tests/families/``).
 """
 
 from __future__ import annotations
 
 from . import deepseek_r1, deepseek_v31, glm45, hermes, kimi_k2, llama3, mistral, qwen3_coder
 from ._format import BodyReader, Event, Family, Preset, ToolFormat, Tools
+from ._json_reader import Dialect, JsonBodyReader, may_become_head
 
 __all__ = [
     "FAMILIES",
     "BodyReader",
+    "Dialect",
     "Event",
     "Family",
+    "JsonBodyReader",
     "Preset",
     "ToolFormat",
     "parse_tool_body",
+    "may_become_head",
     "preset",
     "preset_names",
     "register",
     "tool_format",
+    "unregister",
 ]
 
 #: The registry: every family the package ships.
@@ -65,6 +73,13 @@ def register(family: Family) -> None:
     _FORMATS[family.format.name] = family.format
     for p in family.presets:
         _PRESETS[p.name] = (p, family.format)
+
+
+def unregister(name: str) -> None:
+    """Remove the format called ``name`` and the presets that write it."""
+    _FORMATS.pop(name, None)
+    for preset_name in [n for n, (_, fmt) in _PRESETS.items() if fmt.name == name]:
+        del _PRESETS[preset_name]
 
 
 for _family in FAMILIES:
