@@ -4,7 +4,7 @@ TGI's server is not on PyPI: the script runs where ``DETOK_TGI_PYTHON`` names a 
 with TGI's ``text_generation_server`` and detok-plugin (docs/tgi.md), and otherwise says
 so and exits 0. It re-runs itself in that interpreter; the model is TGI's non-flash
 ``CausalLM`` with TGI's ``OPTForCausalLM`` and tiny random weights over the real Qwen3
-tokenizer (tests/tgi_harness.py), on the CPU.
+tokenizer (tests/support/tgi_harness.py), on the CPU.
 
 1. Text path, per generated id, on the same recorded ids and stops (the ids of the
    harness's corpus as TGI's loop produced them with the shim; a third of the requests
@@ -86,7 +86,7 @@ def inside(tokenizer_dir: str, work: str, *, repeats: int, pairs: int, part: str
     import logging
 
     sys.path.insert(0, str(HERE))
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from loguru import logger
 
     logger.remove()  # TGI's INFO lines would drown the table

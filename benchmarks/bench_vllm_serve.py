@@ -15,7 +15,7 @@ Per server and setting it prints:
   CPU, queueing and prefill dominate the first, the detokenizer's hold the second;
 * characters late per request (mean, p99): characters that reached the client after the
   delta whose token ids completed them, outside a genuine partial stop match
-  (``late_characters`` in tests/vllm_serve_harness.py);
+  (``late_characters`` in tests/support/vllm_serve_harness.py);
 * output tokens/s over the round's wall time;
 * API-server CPU seconds per 1k output tokens (the server's main process, where vLLM's
   OutputProcessor and so the detokenizer run; the engine core is another process);

@@ -65,14 +65,14 @@ for dep in msgspec cbor2 psutil pyzmq urllib3 aiohttp requests oss-harmony opena
            pybase64 cachetools prometheus_client cloudpickle uvloop py-cpuinfo; do
     quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" "$dep"
 done
-# What vLLM's own tests import beyond that (tests/vllm_upstream_suite.py): its structured
+# What vLLM's own tests import beyond that (tests/support/vllm_upstream_suite.py): its structured
 # output and OpenAI protocol modules, and the model registry that builds an engine config
 # (einops). xgrammar and its FFI without deps: theirs would bring triton.
 step "what vLLM's own tests import"
 quiet "${PIP[@]}" install -q --no-deps xgrammar==0.2.8 apache-tvm-ffi==0.1.11
 quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" "fastapi>=0.133,<0.137" "llguidance>=1.7,<1.8" \
     partial-json-parser "jsonschema>=4.23" "pydantic-extra-types[pycountry]" einops pytest-asyncio
-# vLLM's own Qwen3 reasoning parser, compared with detok's (tests/test_vllm_chat.py).
+# vLLM's own Qwen3 reasoning parser, compared with detok's (tests/integrations/vllm/test_vllm_chat.py).
 quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" ijson
 # detok-plugin serve, and its page checked in a real browser (tests/test_serve_browser.py):
 # Debian's chromium driven by playwright (pip's playwright cannot download a browser here).

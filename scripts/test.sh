@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The README's test command: set up .venv and the real vLLM engine's venv, then run the whole
-# suite (tests/test_vllm_engine.py drives real `vllm serve` processes from .venv-vllm).
+# suite (tests/integrations/vllm/test_vllm_engine.py drives real `vllm serve` processes from .venv-vllm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

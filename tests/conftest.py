@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 
 #: A sitecustomize for a test server's PYTHONPATH (test_vllm_engine_handover.py), not tests.
-collect_ignore = ["fault_site"]
+collect_ignore = ["support/fault_site"]
 
 import tokenizer_zoo  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402

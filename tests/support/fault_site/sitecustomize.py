@@ -1,4 +1,4 @@
-"""Faults put into a real vLLM server for tests/test_vllm_engine_handover.py.
+"""Faults put into a real vLLM server for tests/integrations/vllm/test_vllm_engine_handover.py.
 
 Python imports ``sitecustomize`` at start-up from ``sys.path``, so a server started with this
 folder on ``PYTHONPATH`` and ``DETOK_TEST_FAULT_AT=k`` gets a :class:`ServingStream` whose
@@ -21,7 +21,7 @@ if _AT > 0:
     def _faulty(self: ServingStream, token_id: int) -> str:
         n = _calls[self.request_id] = _calls.get(self.request_id, 0) + 1
         if n == _AT:
-            raise RuntimeError(f"injected by tests/fault_site at id {n} of request {self.request_id}")
+            raise RuntimeError(f"injected by tests/support/fault_site at id {n} of request {self.request_id}")
         return _real(self, token_id)
 
     ServingStream.push_text = _faulty  # type: ignore[method-assign]
@@ -48,7 +48,7 @@ if _CHAT_AT > 0:
         def faulty(self, ids, finished, request):  # type: ignore[no-untyped-def]
             self._test_steps = getattr(self, "_test_steps", 0) + 1
             if self._test_steps == _CHAT_AT:
-                raise RuntimeError(f"injected by tests/fault_site at step {_CHAT_AT} of a reply")
+                raise RuntimeError(f"injected by tests/support/fault_site at step {_CHAT_AT} of a reply")
             return real(self, ids, finished, request)
 
         faulty._faulty = True  # type: ignore[attr-defined]

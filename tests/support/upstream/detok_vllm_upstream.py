@@ -1,6 +1,6 @@
 """A pytest plugin for vLLM's own tests: runs them against stock vLLM or against detok-plugin.
 
-Loaded with ``-p detok_vllm_upstream`` by ``tests/vllm_upstream_suite.py``, in a pytest
+Loaded with ``-p detok_vllm_upstream`` by ``tests/support/vllm_upstream_suite.py``, in a pytest
 process of its own whose working directory holds vLLM's extracted ``tests`` package. The
 mode comes from ``DETOK_UPSTREAM_MODE``:
 

@@ -1,6 +1,6 @@
 """vLLM's chat layer with Mistral's v11+ tool calls and Magistral's reasoning:
 ``detok_mistral`` and ``detok_magistral`` (``integrations/vllm_chat.py``), replayed as
-``tests/test_vllm_chat.py`` replays the others: real token ids through vLLM 0.33's real
+``tests/integrations/vllm/test_vllm_chat.py`` replays the others: real token ids through vLLM 0.33's real
 ``OutputProcessor``, ``ParserManager``, ``ChatCompletionRequest`` and ``ChatStreamProcessor``.
 
 From tokenizer v11 on (Mistral Small 3.1/3.2, Devstral, Magistral, Ministral) a call is
@@ -8,7 +8,7 @@ From tokenizer v11 on (Mistral Small 3.1/3.2, Devstral, Magistral, Ministral) a 
 between ``[THINK]`` and ``[/THINK]``. All four are special tokens of those tokenizers.
 
 Tokenizers. No PyPI package ships a Magistral or Devstral tokenizer, so the cases run on
-the real Mistral v1 SentencePiece tokenizer (tests/tokenizer_zoo.py ``mistral_v1``, from
+the real Mistral v1 SentencePiece tokenizer (tests/support/tokenizer_zoo.py ``mistral_v1``, from
 mistral-common's data) in two forms: a copy with ``[TOOL_CALLS]``, ``[ARGS]``, ``[THINK]``
 and ``[/THINK]`` added as special tokens (``add_special_tokens({"additional_special_tokens":
 ...})``), which is how a Hugging Face tokenizer of these models carries them (each one id,

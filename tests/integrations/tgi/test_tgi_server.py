@@ -2,7 +2,7 @@
 
 TGI's server is not on PyPI; these tests run where ``DETOK_TGI_PYTHON`` names a Python
 that imports ``text_generation_server`` and detok-plugin (docs/tgi.md), and skip with the
-reason otherwise. The TGI side runs in that interpreter (tests/tgi_harness.py: TGI's own
+reason otherwise. The TGI side runs in that interpreter (tests/support/tgi_harness.py: TGI's own
 ``CausalLM`` with TGI's ``OPTForCausalLM``, tiny random weights over the real tokenizer,
 driven as TGI's router drives it); this side judges what it reports against the real
 tokenizer's own decode.
@@ -23,7 +23,7 @@ import tokenizer_zoo
 
 pytestmark = pytest.mark.tgi
 
-HARNESS = Path(__file__).with_name("tgi_harness.py")
+HARNESS = Path(__file__).resolve().parents[2] / "support" / "tgi_harness.py"
 NAMES = ("qwen3", "mistral_v1", "smollm2")
 LENGTH, EOS_TOKEN, STOP_SEQUENCE = 0, 1, 2  # TGI's FinishReason (proto/v3/generate.proto)
 

