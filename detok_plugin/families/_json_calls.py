@@ -5,12 +5,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["args_json", "named_call"]
+__all__ = ["args_json", "call_blocks", "named_call"]
 
 
 def args_json(value: Any) -> str:
     """Arguments as OpenAI's API sends them: a JSON string (a string value stays as written)."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def call_blocks(body: str, begin: str, end: str) -> list[str]:
+    """The text of each call in a body of marked calls (``begin`` ... ``end``, the end
+    marker optional at the body's end); ``ValueError`` when there is none."""
+    blocks = [block.split(end)[0] for block in body.split(begin)[1:]]
+    if not blocks:
+        raise ValueError(f"no {begin} block in the body")
+    return blocks
 
 
 def named_call(obj: Any, args_key: str) -> tuple[str, str]:

@@ -14,7 +14,7 @@ import json
 import re
 
 from ._format import Event, Family, Preset, ToolFormat, Tools
-from ._json_calls import args_json
+from ._json_calls import args_json, call_blocks
 from ._json_reader import Dialect, JsonBodyReader
 
 __all__ = ["CALL", "END", "FAMILY", "SEP"]
@@ -27,8 +27,7 @@ _FENCE = re.compile(r"```(?:json)?\n")
 
 def parse(body: str, tools: Tools = None) -> list[tuple[str, str]]:
     calls = []
-    for block in body.split(CALL)[1:]:
-        block = block.split(END)[0]
+    for block in call_blocks(body, CALL, END):
         if SEP not in block:
             raise ValueError(f"a DeepSeek tool call needs {SEP}")
         _head, rest = block.split(SEP, 1)
@@ -38,8 +37,6 @@ def parse(body: str, tools: Tools = None) -> list[tuple[str, str]]:
             args = args.split("\n", 1)[1] if "\n" in args else ""
             args = args.rsplit("```", 1)[0]
         calls.append((name.strip(), args_json(json.loads(args))))
-    if not calls:
-        raise ValueError(f"no {CALL} block in the body")
     return calls
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from ._format import Event, Family, Preset, ToolFormat, Tools
-from ._json_calls import args_json
+from ._json_calls import args_json, call_blocks
 from ._json_reader import Dialect, JsonBodyReader
 from .deepseek_r1 import CALL, END, SEP
 
@@ -19,13 +19,11 @@ __all__ = ["FAMILY"]
 
 def parse(body: str, tools: Tools = None) -> list[tuple[str, str]]:
     calls = []
-    for block in body.split(CALL)[1:]:
-        name, sep, args = block.split(END)[0].partition(SEP)
+    for block in call_blocks(body, CALL, END):
+        name, sep, args = block.partition(SEP)
         if not sep:
             raise ValueError(f"a DeepSeek V3.1 tool call needs {SEP}")
         calls.append((name.strip(), args_json(json.loads(args))))
-    if not calls:
-        raise ValueError(f"no {CALL} block in the body")
     return calls
 
 

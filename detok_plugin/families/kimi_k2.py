@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from ._format import Event, Family, Preset, ToolFormat, Tools
+from ._json_calls import call_blocks
 from ._json_reader import Dialect, JsonBodyReader
 
 __all__ = ["FAMILY", "call_name"]
@@ -37,15 +38,13 @@ def call_name(header: str) -> str:
 def parse(body: str, tools: Tools = None) -> list[tuple[str, str]]:
     """The arguments are kept as written (checked to be JSON)."""
     calls = []
-    for block in body.split(_CALL)[1:]:
-        header, sep, args = block.split(_END)[0].partition(_ARGS)
+    for block in call_blocks(body, _CALL, _END):
+        header, sep, args = block.partition(_ARGS)
         if not sep:
             raise ValueError(f"a Kimi tool call needs {_ARGS}")
         args = args.strip() or "{}"
         json.loads(args)
         calls.append((call_name(header), args))
-    if not calls:
-        raise ValueError(f"no {_CALL} block in the body")
     return calls
 
 

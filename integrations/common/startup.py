@@ -15,12 +15,16 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["PTH_ACTIONS", "ImportHook", "pth_command", "pth_line"]
+from .patches import PATCHES
+from .switch import Switch, problem_once
+
+__all__ = ["PTH_ACTIONS", "ImportHook", "arm_at_start", "pth_command", "pth_line"]
 
 
 class ImportHook(importlib.abc.MetaPathFinder):
@@ -76,6 +80,24 @@ class _Loader(importlib.abc.Loader):
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_filename ... for tracebacks
         return getattr(self._loader, name)
+
+
+def arm_at_start(hook: ImportHook, what: str) -> None:
+    """A stack's ``_startup()`` (what its ``.pth`` line calls at interpreter start): with
+    ``DETOK_PLUGIN`` on, arm ``hook``; off or unset, nothing; a mistaken value warns, once per
+    process whatever other stacks read it. It never raises: a ``.pth`` line that raises
+    prints a traceback at every interpreter start."""
+    switch = Switch.from_env()
+    if not switch.on:
+        problem = problem_once(switch.problem)
+        if problem is not None:
+            warnings.warn(f"detok-plugin: {problem}", stacklevel=3)
+        return
+    try:
+        with PATCHES.lock:
+            hook.arm()
+    except Exception as exc:  # never break interpreter start
+        warnings.warn(f"detok-plugin: DETOK_PLUGIN=1: could not arm {what}: {exc!r}", stacklevel=3)
 
 
 PTH_ACTIONS: Sequence[str] = ("install-pth", "remove-pth", "show-pth")

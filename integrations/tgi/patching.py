@@ -9,13 +9,11 @@ is first imported.
 
 from __future__ import annotations
 
-import warnings
 from types import ModuleType
 from typing import Any
 
 from ..common.patches import PATCHES
-from ..common.startup import ImportHook
-from ..common.switch import Switch, problem_once
+from ..common.startup import ImportHook, arm_at_start
 from ._framework import (
     SERVER_MODULE,
     VERIFIED_CONTRACTS,
@@ -127,22 +125,6 @@ _HOOK = ImportHook(SERVER_MODULE, _install_quietly)
 
 
 def startup() -> None:
-    """Called by the ``.pth`` line at interpreter start: honour ``DETOK_PLUGIN``.
-
-    On, it patches now if the serving module is loaded, else when it is first imported;
-    off or unset, nothing; a mistaken value warns (once per process, whatever other stacks
-    read it). It never raises (a ``.pth`` line that raises prints a traceback at every
-    interpreter start).
-    """
-    try:
-        switch = Switch.from_env()
-        if not switch.on:
-            problem = problem_once(switch.problem)
-            if problem is not None:
-                warnings.warn(f"detok-plugin: {problem}", stacklevel=2)
-            return
-        with PATCHES.lock:
-            _HOOK.arm()
-    except Exception as exc:  # never break interpreter start
-        warnings.warn(f"detok-plugin: DETOK_PLUGIN=1: could not arm the TGI shim: {exc!r}", stacklevel=2)
-
+    """Called by the ``.pth`` line at interpreter start: honour ``DETOK_PLUGIN``
+    (``common.startup.arm_at_start``): on, patch when the module it waits for is imported."""
+    arm_at_start(_HOOK, "the TGI shim")

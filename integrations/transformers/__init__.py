@@ -56,8 +56,8 @@ from collections.abc import Sequence
 
 from ..common.startup import pth_command, pth_line
 from ..common.switch import ENV_FLAG
-from .patching import install, installed, startup, uninstall
 from .iterators import AsyncDetokIteratorStreamer, DetokDiffusionStreamer, DetokIteratorStreamer
+from .patching import install, installed, startup, uninstall
 from .stop_criteria import DetokStopCriteria
 from .streamers import DetokStreamer
 

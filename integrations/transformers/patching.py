@@ -14,8 +14,7 @@ import warnings
 from types import ModuleType
 
 from ..common.patches import PATCHES
-from ..common.startup import ImportHook
-from ..common.switch import Switch, problem_once
+from ..common.startup import ImportHook, arm_at_start
 from . import _framework
 from .iterators import AsyncDetokIteratorStreamer, DetokDiffusionStreamer, DetokIteratorStreamer
 from .streamers import DetokStreamer
@@ -87,20 +86,6 @@ def installed() -> bool:
 
 
 def startup() -> None:
-    """Called by the ``.pth`` line at interpreter start: honour ``DETOK_PLUGIN``.
-
-    On, it arms the patch; off or unset, nothing; a mistaken value warns (once per
-    process, whatever other stacks read it). It never raises: a ``.pth`` line that raises
-    would print a traceback at every interpreter start.
-    """
-    switch = Switch.from_env()
-    if not switch.on:
-        problem = problem_once(switch.problem)
-        if problem is not None:
-            warnings.warn(f"detok-plugin: {problem}", stacklevel=2)
-        return
-    try:
-        with PATCHES.lock:
-            _HOOK.arm()
-    except Exception as exc:  # never break interpreter start
-        warnings.warn(f"detok-plugin: DETOK_PLUGIN=1: could not arm the transformers streamer patch: {exc!r}", stacklevel=2)
+    """Called by the ``.pth`` line at interpreter start: honour ``DETOK_PLUGIN``
+    (``common.startup.arm_at_start``): on, patch when the module it waits for is imported."""
+    arm_at_start(_HOOK, "the transformers streamer patch")
