@@ -1,7 +1,7 @@
 """XML tool-call body reader: CPU time per character of a long streamed value, ours against
 the quadratic reader it replaced, in one process.
 
-* ``quadratic``: ``integrations/_xml_stream.py`` at a156c98 (read from git), which searched
+* ``quadratic``: the XML reader at a156c98 (``integrations/_xml_stream.py`` then, read from git), which searched
   and copied the whole value on every feed.
 * ``linear``: the reader in the working tree (``detok_plugin.families``, its XML dialects).
 

@@ -130,7 +130,7 @@ class Router:
 
     def _mode_at_rest(self) -> int:
         """The current mode while the stream is at rest, else ``DROPPED``: for a serving
-        wrapper of a stream with tags (``integrations/_reasoning_stream.py``), as
+        wrapper of a stream with tags (``TaggedServingStream``, ``ChatStream``), as
         ``_boundary_at_rest`` is for ``ServingStream``.
 
         At rest: live, nothing of the prompt left to skip, the decoder idle (``quick[i]`` is

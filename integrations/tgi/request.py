@@ -95,7 +95,7 @@ class RequestText:
     else ``(True, finish code)``; :meth:`push` is the same returning the code or ``None``.
     Its counters carry TGI's names (``current_tokens``, ``max_new_tokens``), so the TGI
     shim's criteria is this class mixed into TGI's ``StoppingCriteria``
-    (``_tgi_step.criteria_class``): each id TGI's step hands the criteria costs one Python
+    (``step.criteria_class``): each id TGI's step hands the criteria costs one Python
     call over the stream's. ``request_id`` names the request in log lines only.
 
     ``stream`` is None only in a subclass that has none (yet, or any more: the shim's
@@ -110,7 +110,7 @@ class RequestText:
     current_tokens: int
     max_new_tokens: int
     texts: list[str]  # one per id taken
-    sent: int  # how many of texts TGI's records have (_tgi_step.rewrite)
+    sent: int  # how many of texts TGI's records have (step.rewrite)
     request_id: str | None
 
     def __init__(self, stream: Any, max_new_tokens: int, request_id: str | None = None) -> None:

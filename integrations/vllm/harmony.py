@@ -13,7 +13,7 @@ a ``functions.*`` recipient makes a tool call (name at ``<|message|>``, argument
 the body forms, until ``<|call|>``); channel ``analysis`` is reasoning; ``final``, and
 ``commentary`` with no recipient, are content; anything else (built-in tools) is dropped.
 
-:class:`HarmonyChannels` keeps the interface of ``_chat_channels.Channels`` (``step(ids,
+:class:`HarmonyChannels` keeps the interface of ``detok_plugin.ChatStream`` (``step(ids,
 finished) -> ChatParts``, ``complete``). Markers are found by id, so nothing of them reaches a
 channel however the detokenizer's ``skip_special_tokens`` is set; each body is decoded by a
 :class:`detok_plugin.DetokenizerState` of its own (a character split across tokens waits for

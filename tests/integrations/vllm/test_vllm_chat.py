@@ -1,5 +1,5 @@
 """vLLM's chat layer with detok's parsers (``--reasoning-parser detok_*``): reasoning, content
-and tool calls from the core's channels (``detok_plugin.integrations.vllm_chat``).
+and tool calls from the core's channels (``detok_plugin.integrations.vllm.chat``, over ``detok_plugin.ChatStream``).
 
 Real parts only: real tokenizers (Qwen3, DeepSeek V3, Mistral v1, Llama 3 from
 tests/support/tokenizer_zoo.py), vLLM 0.33's real ``OutputProcessor`` (the detokenizer plugin on or
@@ -413,7 +413,7 @@ def _as_sent(seen: Chat) -> list[Any]:
 @pytest.mark.parametrize("family", FAMILY_PARAMS)
 def test_the_common_ids_shortcut_sends_what_the_core_sends(family: str, step: int) -> None:
     """Both layers take the common id without the core while their stream is at rest
-    (``_reasoning_stream.RestTexts``); with it off (every id through the core), every
+    (``detok_plugin._tagged.RestTexts``); with it off (every id through the core), every
     step's delta, the detokenizer's text per step and the finish are the same: replies
     with a stop in the reasoning, in a tool body, in the answer, tags spelled one byte
     per token, emoji split over tokens, and a request without tools."""

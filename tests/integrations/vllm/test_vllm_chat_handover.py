@@ -1,5 +1,5 @@
 """A detok chat parser whose channels raise, inside vLLM's real chat layer: nothing reaches
-vLLM's serving loop (``vllm_chat.DetokChatParser.parse_delta`` and ``parse``).
+vLLM's serving loop (``integrations/vllm/chat.py``: ``DetokChatParser.parse_delta`` and ``parse``).
 
 vLLM's streaming chat generator turns an exception from a parser into an error event and
 ends the reply. The detok parsers do not let one out: the error is logged, naming the
@@ -8,8 +8,8 @@ request, and from the failing step on each step's text from the detokenizer (vLL
 
 The faults are injected into the parser's :class:`ChatStream`: when it is
 built (the first step), at the start of a step (nothing taken), or after the core took the
-step's ids (``Channels._take``), at steps in the reasoning, the answer and the tool body;
-and into gpt-oss's ``_harmony.HarmonyChannels`` mid-reply.
+step's ids (``ChatStream._take``), at steps in the reasoning, the answer and the tool body;
+and into gpt-oss's ``harmony.HarmonyChannels`` mid-reply.
 The replays are ``test_vllm_chat``'s: real tokenizers, vLLM's real ``OutputProcessor``,
 ``ParserManager`` and ``ChatStreamProcessor``.
 """
@@ -106,7 +106,7 @@ def test_a_step_that_raises_sends_the_detokenizers_text_from_then_on(
 ) -> None:
     fam = FAMILIES[family]
     out = answer(fam)
-    at = step_in(fam, where)  # Channels.message is called once per step: its call at + 1
+    at = step_in(fam, where)  # ChatStream.message is called once per step: its call at + 1
     clean = chat(fam, out)
     monkeypatch.setattr(ChatStream, "message", faulty(ChatStream.message, at + 1))
     with caplog.at_level(logging.ERROR, logger=LOGGER):
@@ -148,7 +148,7 @@ def test_channels_that_cannot_be_built_leave_the_whole_reply_as_content(monkeypa
 
 
 def test_a_harmony_step_that_raises_sends_the_detokenizers_text_from_then_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """gpt-oss's parser reads harmony by id (``_harmony.HarmonyChannels``): the same hand-over."""
+    """gpt-oss's parser reads harmony by id (``harmony.HarmonyChannels``): the same hand-over."""
     from detok_plugin.integrations.vllm import harmony as _harmony
     from test_vllm_chat_presets import CALL, FINAL, THOUGHT, harmony_chat, harmony_ids
 

@@ -1,5 +1,5 @@
 """vLLM's chat layer with Mistral's v11+ tool calls and Magistral's reasoning:
-``detok_mistral`` and ``detok_magistral`` (``integrations/vllm_chat.py``), replayed as
+``detok_mistral`` and ``detok_magistral`` (``integrations/vllm/chat.py``), replayed as
 ``tests/integrations/vllm/test_vllm_chat.py`` replays the others: real token ids through vLLM 0.33's real
 ``OutputProcessor``, ``ParserManager``, ``ChatCompletionRequest`` and ``ChatStreamProcessor``.
 

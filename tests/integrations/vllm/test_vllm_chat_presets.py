@@ -1,5 +1,5 @@
 """vLLM's chat layer with the XML and section presets: ``detok_qwen3_coder``, ``detok_glm45``,
-``detok_kimi_k2`` (``integrations/vllm_chat.py``), replayed as ``tests/integrations/vllm/test_vllm_chat.py``
+``detok_kimi_k2`` (``integrations/vllm/chat.py``), replayed as ``tests/integrations/vllm/test_vllm_chat.py``
 replays the others: real token ids through vLLM 0.33's real ``OutputProcessor``,
 ``ParserManager``, ``ChatCompletionRequest`` and ``ChatStreamProcessor``.
 
@@ -394,7 +394,7 @@ _SCHEMAS = [
 
 @pytest.mark.parametrize("schema", _SCHEMAS, ids=lambda s: json.dumps(s))
 def test_values_are_typed_as_vllm_types_them(schema: dict[str, Any]) -> None:
-    """``_xml_calls.coerce_value`` and ``schema_types`` against vLLM's own
+    """``families._xml_values.coerce_value`` and ``schema_types`` against vLLM's own
     ``coerce_to_schema_type`` and ``extract_types_from_schema``, value by value."""
     from vllm.tool_parsers.utils import coerce_to_schema_type, extract_types_from_schema
 

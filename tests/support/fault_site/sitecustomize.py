@@ -33,25 +33,25 @@ if _AT > 0:
 _CHAT_AT = int(os.environ.get("DETOK_TEST_CHAT_FAULT_AT") or 0)
 
 if _CHAT_AT > 0:
-    from detok_plugin.integrations import vllm as _shim
+    from detok_plugin.integrations.vllm import plugin as _shim
 
     _real_register = _shim._register_chat_parsers
 
     def _register_then_fault() -> None:
         _real_register()
-        from detok_plugin.integrations import _chat_channels
+        from detok_plugin import ChatStream
 
-        real = _chat_channels.Channels.message
+        real = ChatStream.message
         if getattr(real, "_faulty", False):
             return
 
-        def faulty(self, ids, finished, request):  # type: ignore[no-untyped-def]
+        def faulty(self, ids, finished):  # type: ignore[no-untyped-def]
             self._test_steps = getattr(self, "_test_steps", 0) + 1
             if self._test_steps == _CHAT_AT:
                 raise RuntimeError(f"injected by tests/support/fault_site at step {_CHAT_AT} of a reply")
-            return real(self, ids, finished, request)
+            return real(self, ids, finished)
 
         faulty._faulty = True  # type: ignore[attr-defined]
-        _chat_channels.Channels.message = faulty  # type: ignore[method-assign]
+        ChatStream.message = faulty  # type: ignore[method-assign]
 
     _shim._register_chat_parsers = _register_then_fault
