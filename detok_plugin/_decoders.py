@@ -161,7 +161,7 @@ class ByteLevelStream(StreamDecoder):
         return self._tail.decode("utf-8", "replace")
 
 
-JOINS_MAX = 1 << 13  # TokenTable.joins entries; past that the dict starts again
+JOINS_MAX = 1 << 13  # TokenTable.joins entries; past that the dict starts again (``join``)
 
 
 def _settle(data: bytes) -> tuple[str, bytes]:
@@ -176,10 +176,13 @@ def _settle(data: bytes) -> tuple[str, bytes]:
 
 
 def join(joins: dict[bytes, tuple[str, bytes]], data: bytes) -> tuple[str, bytes]:
-    """``_settle(data)`` for a held tail and the next piece, recorded in ``joins``."""
+    """``_settle(data)`` for a held tail and the next piece, recorded in the table's ``joins``
+    (read by every thread with no lock): made whole, then stored by one assignment, the bound
+    kept by one ``clear()``, so a reader finds it whole or not at all (``TokenTable``)."""
+    got = _settle(data)
     if len(joins) >= JOINS_MAX:
         joins.clear()
-    joins[data] = got = _settle(data)
+    joins[data] = got
     return got
 
 

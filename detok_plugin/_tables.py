@@ -1,7 +1,9 @@
 """Token tables: what each token id contributes to the decoded text, per tokenizer family.
 
 A table is built once per tokenizer, verified against the tokenizer's own ``decode`` and
-cached; every stream on that tokenizer shares it (it is immutable, so threads may share it).
+cached; every stream on that tokenizer shares it, across threads. What it is built from is
+immutable; the memos that streams fill in as they run are filled so that any thread may
+read them without a lock (``TokenTable``, "Sharing across threads").
 
 Families:
 
@@ -36,11 +38,40 @@ _MAX_REST = 64  # rest_texts dicts per table: one per skip flag and set of stops
 
 @dataclass(frozen=True, slots=True)
 class TokenTable:
-    """One tokenizer's id -> piece table, immutable and shared by every stream.
+    """One tokenizer's id -> piece table, shared by every stream on it, across threads.
 
     ``pieces[i]`` is ``bytes`` (byte_level) or ``str`` with ``▁`` already replaced
     (sentencepiece); ``None`` marks a hole in the id space. ``byte_values[i]`` is the byte
     of a ``<0xNN>`` piece and -1 otherwise (sentencepiece only).
+
+    Sharing across threads. The fields a table is built with (and ``texts``, ``splits``,
+    ``has_holes``, derived from them at construction) are immutable. Three memos are not:
+    ``joins`` (filled by ``_decoders.join``), the quick texts (:meth:`quick_texts`) and the
+    rest texts (:meth:`rest_texts`, and each dict it hands out, filled by
+    :func:`learn_rest_text`). They take no lock, so a read stays one dict lookup, and are
+    safe to share because every fill keeps four rules:
+
+    1. An entry is a pure function of its key and the immutable fields (a rest-texts
+       dict's entries, of its own key too), so threads that fill one key write equal
+       values and it does not matter whose write stays.
+    2. The value is made whole first, then published by one dict operation (``d[k] = v``
+       or ``d.setdefault(k, v)``) whose keys (``bytes``, ``int``, ``bool``, tuples of those,
+       ``str`` and None) hash and compare in C, and whose dropped values free in C, running
+       no Python code. Under the GIL that operation is therefore atomic; a free-threaded
+       build makes each dict operation atomic itself (a per-dict lock for writes, reads that
+       see an entry whole or not at all). A reader's ``get`` finds a whole entry or none,
+       and with none it computes the same value itself. Values are immutable (``str``,
+       tuples), except the rest-texts dicts, which are filled by these same rules.
+    3. A bound is kept by ``clear()`` when full, itself one dict operation: a reader sees
+       the entries before it or none, never part of them. The size check and the clear are
+       two steps, so threads filling at that moment may each add one entry past the bound;
+       it bounds memory, not correctness.
+    4. A rest-texts dict dropped by such a clear stays valid for the streams that hold it
+       (rule 1); a later stream with the same key gets a new one. ``quick_texts`` is never
+       cleared, and ``setdefault`` gives every caller the one tuple that won.
+
+    ``tests/test_tables_threads.py`` streams through one table from eight threads at once,
+    with the bounds made small so that they are hit.
     """
 
     family: Literal["byte_level", "sentencepiece"]
@@ -61,7 +92,8 @@ class TokenTable:
     has_holes: bool = field(default=False, init=False, repr=False, compare=False)
     #: byte_level: what a held tail followed by a piece decodes to, by those bytes: (settled
     #: text, held tail). A function of the bytes alone, shared by every stream on the table,
-    #: filled in as split characters arrive (``_decoders.join``); at most ``JOINS_MAX``.
+    #: filled in as split characters arrive (``_decoders.join``); at most ``JOINS_MAX``
+    #: (give or take one entry per thread filling as it fills up; "Sharing across threads").
     joins: dict[bytes, tuple[str, bytes]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _quick: dict[bool, tuple[str | None, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _rest: dict[tuple[bool, str | None], dict[int, str | None]] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -86,8 +118,10 @@ class TokenTable:
         matches, with that text: what leaves for such an id when nothing is held and no
         stop is partly matched. Filled in by ``ServingStream`` as ids arrive, shared by
         every stream with the same skip flag and first characters, whatever the stops
-        (so a stop set never seen before costs nothing). At most ``_MAX_REST`` per table;
-        past that they start again (streams keep the one they have)."""
+        (so a stop set never seen before costs nothing). At most ``_MAX_REST`` per table
+        (give or take one per thread filling at once); past that they start again, and
+        streams keep the one they have, still exact (rules 3 and 4 of the class docstring:
+        the clear and the new dict's ``setdefault`` are each one dict operation)."""
         key = (skip_special_tokens, first)
         got = self._rest.get(key)
         if got is None:
@@ -99,7 +133,9 @@ class TokenTable:
     def quick_texts(self, skip_special_tokens: bool) -> tuple[str | None, ...]:
         """Per id, its text when it arrives with nothing held, or None where that depends on
         what is held (a byte-level piece that is not valid UTF-8 alone, a SentencePiece byte
-        piece). Skipped special tokens are ``""``. Built once per table and skip flag."""
+        piece). Skipped special tokens are ``""``. Stored once per table and skip flag:
+        built whole, then published by ``setdefault``, so threads that race to build it
+        (each may) all return the one tuple stored first."""
         got = self._quick.get(skip_special_tokens)
         if got is None:
             if self.family == "byte_level":
@@ -121,7 +157,11 @@ def learn_rest_text(
     finds (the stops' or a mode's first characters; None: there are none), else None;
     recorded in ``known`` either way, so a reader asks again only for an id not in it
     (``known.get(i)`` is None and ``i not in known``). The one rule every at-rest shortcut
-    fills its dict by (``ServingStream``, and the chat layer's per-mode ``RestTexts``)."""
+    fills its dict by (``ServingStream``, and the chat layer's per-mode ``RestTexts``).
+    ``known`` is shared across threads: the text is a function of the id and of the dict's
+    key (callers pass the ``quick`` and ``first`` the key was made from), made first and
+    stored by one assignment, so a reader finds it whole or not at all (``TokenTable``,
+    "Sharing across threads")."""
     if not 0 <= token_id < len(quick):
         return None  # not recorded: the ids outside the table are unbounded
     text = quick[token_id]
