@@ -6,14 +6,21 @@ on CUDA when present and CPU otherwise, that pushes every row's token into its o
 :class:`detok_plugin.DetokenizerState` at every step. ``detok-plugin chat`` and
 ``detok-plugin verify`` (``cli.py``) drive it; ``docs/runner.md`` explains the choices.
 
-Names that need torch are imported lazily, so ``detok_plugin.gpu_runner.fetch`` (stdlib
-only) and ``.errors`` stay importable without it.
+The package's modules, one concept each: ``settings.py`` (:class:`GenerationSettings`),
+``results.py`` (what ``generate`` returns), ``runner.py`` (the loop), ``clocks.py`` and
+``memory.py`` (its timers and its memory check), ``model.py`` and ``fetch.py`` (finding and
+loading a model), ``verify.py``, and the server's ``openai_api.py``, ``scheduler.py``,
+``serve.py`` and ``access_log.py``.
+
+Names that need torch (:class:`Runner`, :func:`load_model`, :func:`tiny_random_model`) are
+imported lazily, so the settings, results, errors and ``fetch`` (stdlib only) stay
+importable without it.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     BatchTooLargeError,
@@ -26,6 +33,12 @@ from .errors import (
     RunnerError,
 )
 from .fetch import default_cache_dir, fetch_default_model
+from .results import RunResult, RunStats, SequenceResult
+from .settings import GenerationSettings
+
+if TYPE_CHECKING:
+    from .model import load_model, tiny_random_model
+    from .runner import Runner
 
 __all__ = [
     "BatchTooLargeError",
@@ -48,11 +61,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "GenerationSettings": "runner",
-    "RunResult": "runner",
-    "RunStats": "runner",
     "Runner": "runner",
-    "SequenceResult": "runner",
     "load_model": "model",
     "tiny_random_model": "model",
 }

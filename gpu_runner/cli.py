@@ -28,12 +28,17 @@ import os
 import sys
 import unicodedata
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING
 
 from detok_plugin import Delta, TagSet, __version__
 
 from .errors import RunnerError
 from .prompts import DEFAULT_CHAT_PROMPT
+from .settings import GenerationSettings
+
+if TYPE_CHECKING:
+    from .runner import Runner
+    from .verify import VerifyReport
 
 __all__ = ["main"]
 
@@ -63,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 # --- chat -----------------------------------------------------------------------------
 
 
-def _chat(args: argparse.Namespace, settings: Any) -> int:
+def _chat(args: argparse.Namespace, settings: GenerationSettings) -> int:
     from .verify import count_fffd
 
     runner = _load(args)
@@ -187,7 +192,7 @@ def _dim(text: str, stream: IO[str]) -> str:
 # --- verify ---------------------------------------------------------------------------
 
 
-def _verify(args: argparse.Namespace, settings: Any) -> int:
+def _verify(args: argparse.Namespace, settings: GenerationSettings) -> int:
     from .prompts import VERIFY_PROMPTS
     from .verify import run_verify
 
@@ -200,7 +205,13 @@ def _verify(args: argparse.Namespace, settings: Any) -> int:
     report = run_verify(runner, settings, batch=args.batch, prompts=prompts, warmup=True)
     if args.json:
         print(json.dumps(report.as_dict(), ensure_ascii=False, indent=2))
-        return 0 if report.ok else 1
+    else:
+        _print_report(report, settings)
+    return 0 if report.ok else 1
+
+
+def _print_report(report: VerifyReport, settings: GenerationSettings) -> None:
+    """``verify``'s text output: one line per sequence, the tally, then the timings."""
     s = report.stats
     mode = "greedy" if settings.greedy else f"sampled (T={settings.temperature}, seed {settings.seed})"
     print(
@@ -225,13 +236,12 @@ def _verify(args: argparse.Namespace, settings: Any) -> int:
         f" · detokenizer {s.detok_us_per_token:.1f} µs/token, {100 * s.detok_share:.3f}% of a step"
         f" · timer {s.timer}"
     )
-    return 0 if report.ok else 1
 
 
 # --- serve ----------------------------------------------------------------------------
 
 
-def _serve(args: argparse.Namespace, settings: Any) -> int:
+def _serve(args: argparse.Namespace, settings: GenerationSettings) -> int:
     try:
         from .serve import defaults_for, serve
     except ImportError as exc:  # the serve extra (starlette, uvicorn) is not installed
@@ -250,7 +260,7 @@ def _serve(args: argparse.Namespace, settings: Any) -> int:
 # --- shared ---------------------------------------------------------------------------
 
 
-def _load(args: argparse.Namespace, *, quiet: bool = False) -> Any:
+def _load(args: argparse.Namespace, *, quiet: bool = False) -> Runner:
     from ._deps import torch
     from .runner import Runner
 
@@ -262,9 +272,7 @@ def _load(args: argparse.Namespace, *, quiet: bool = False) -> Any:
     return Runner.load(args.model, device=args.device, dtype=args.dtype, progress=None if quiet else sys.stderr)
 
 
-def _settings(args: argparse.Namespace) -> Any:
-    from .runner import GenerationSettings
-
+def _settings(args: argparse.Namespace) -> GenerationSettings:
     return GenerationSettings(
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,

@@ -24,7 +24,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from .fetch import default_cache_dir, fetch_default_model
 
@@ -64,7 +64,8 @@ def _convert(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # Any: the attributes reset below are not in transformers' annotations of the model.
+    model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # Loaded from GGUF, the model carries the quantizer that dequantized it; saved as is,
     # its config would still announce a GGUF quantization.
     model.hf_quantizer = None

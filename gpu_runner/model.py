@@ -134,7 +134,8 @@ def load_model(
     label = str(source.directory / (source.gguf_file or ""))
     try:
         tokenizer = AutoTokenizer.from_pretrained(source.directory, **source.kwargs())
-        model = AutoModelForCausalLM.from_pretrained(source.directory, dtype=torch_dtype, **source.kwargs())
+        # Any: transformers' typing of ``PreTrainedModel.to`` (a wrapped method) rejects a device.
+        model: Any = AutoModelForCausalLM.from_pretrained(source.directory, dtype=torch_dtype, **source.kwargs())
     except ImportError as exc:
         # transformers raises ImportError when gguf or accelerate is missing: say which extra.
         raise ImportError(f"loading {label} needs an optional package ({exc}); pip install 'detok-plugin[gpu]'") from exc
@@ -178,5 +179,5 @@ def tiny_random_model(
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen3ForCausalLM(config)
+        model: Any = Qwen3ForCausalLM(config)  # type: ignore[no-untyped-call]  # its __init__ is unannotated
     return model.to(device).eval()

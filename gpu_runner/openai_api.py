@@ -24,9 +24,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import PromptError, PromptTypeError
+
+if TYPE_CHECKING:
+    from .runner import Runner
 
 __all__ = [
     "Envelope",
@@ -106,7 +109,7 @@ class GenerationRequest:
         return self.temperature == 0
 
 
-def parse_request(body: Any, kind: Kind, *, runner: Any, defaults: ServeDefaults) -> GenerationRequest:
+def parse_request(body: Any, kind: Kind, *, runner: Runner, defaults: ServeDefaults) -> GenerationRequest:
     """Check a decoded JSON body against ``kind``'s schema and encode its prompt.
 
     Raises :class:`RequestError` (status 400, or 404 for an unknown model) naming the field.
@@ -146,7 +149,7 @@ def sse(obj: Any) -> bytes:
 # --- prompts --------------------------------------------------------------------------
 
 
-def _chat_prompt(body: Mapping[str, Any], runner: Any) -> list[int]:
+def _chat_prompt(body: Mapping[str, Any], runner: Runner) -> list[int]:
     """``messages`` through the tokenizer's chat template, with the assistant's turn opened."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -175,7 +178,7 @@ def _message(m: Any, i: int) -> dict[str, str]:
     return {"role": role, "content": content}
 
 
-def _completion_prompt(body: Mapping[str, Any], runner: Any) -> list[int]:
+def _completion_prompt(body: Mapping[str, Any], runner: Runner) -> list[int]:
     """``prompt``: a string (encoded as is, no chat template) or a list of token ids."""
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
@@ -187,7 +190,7 @@ def _completion_prompt(body: Mapping[str, Any], runner: Any) -> list[int]:
     return _encode(runner, prompt, "prompt")
 
 
-def _encode(runner: Any, prompt: str | list[int], param: str) -> list[int]:
+def _encode(runner: Runner, prompt: str | list[int], param: str) -> list[int]:
     try:
         return runner.encode(prompt, chat_template=False)
     except (PromptError, PromptTypeError) as exc:

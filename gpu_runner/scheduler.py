@@ -30,12 +30,15 @@ import random
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from detok_plugin import Delta, ServingStream, build_table
 
 from .openai_api import GenerationRequest
-from .runner import GenerationSettings
+from .settings import GenerationSettings
+
+if TYPE_CHECKING:
+    from .runner import Runner
 
 __all__ = [
     "ChoiceEvent",
@@ -113,7 +116,7 @@ class _BatchDone(Exception):
 class Scheduler:
     """Owns the generation thread. ``submit(job)`` from the event loop; ``close()`` at exit."""
 
-    def __init__(self, runner: Any, *, max_batch: int = 16, max_waiting: int = 256) -> None:
+    def __init__(self, runner: Runner, *, max_batch: int = 16, max_waiting: int = 256) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         self.runner = runner
@@ -138,6 +141,11 @@ class Scheduler:
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout=60)
+
+    @property
+    def byte_mode(self) -> bool:
+        """Whether the naive byte mode is served: the tokenizer is byte-level."""
+        return byte_mode_available(self._table)
 
     @property
     def waiting(self) -> int:
@@ -272,7 +280,8 @@ def naive_piece(tokenizer: Any, table: Any, token_id: int, mode: NaiveMode, *, s
     whoever decodes them between other bytes (the page's ``TextDecoder``) meets the split.
     """
     if mode == "decode":
-        return tokenizer.decode([token_id], skip_special_tokens=skip_special_tokens)
+        text: str = tokenizer.decode([token_id], skip_special_tokens=skip_special_tokens)
+        return text
     if skip_special_tokens and token_id in table.special_ids:
         return b""
     piece = table.pieces[token_id]

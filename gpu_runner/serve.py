@@ -18,8 +18,9 @@ Routes (127.0.0.1 by default):
 
 Bad requests get a 4xx JSON body in OpenAI's shape; a full queue gets 503. Generation runs
 on one thread that batches waiting requests (``scheduler.py``); the event loop only moves
-bytes. :func:`running` starts a server in a thread (tests, the soak script);
-:func:`serve` is the CLI's blocking entry point.
+bytes. Every request leaves one access line (``access_log.py``) when its response ends.
+:func:`running` starts a server in a thread (tests, the soak script); :func:`serve` is the
+CLI's blocking entry point, and sends the access lines to stderr.
 """
 
 from __future__ import annotations
@@ -34,28 +35,35 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     import uvicorn
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
+    from starlette.middleware import Middleware
     from starlette.requests import Request
     from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 except ImportError as exc:  # pragma: no cover - exercised only where the extra is missing
     raise ImportError("detok-plugin serve needs starlette and uvicorn: pip install 'detok-plugin[serve]'") from exc
 
-from .openai_api import Envelope, RequestError, ServeDefaults, parse_request, sse, usage
+from .access_log import AccessLog, log_to_stderr
+from .openai_api import Envelope, Kind, RequestError, ServeDefaults, parse_request, sse, usage
 from .prompts import DEFAULT_CHAT_PROMPT
-from .scheduler import ChoiceEvent, EndEvent, Job, NaiveMode, QueueFullError, Scheduler, byte_mode_available
+from .scheduler import ChoiceEvent, EndEvent, Job, NaiveMode, QueueFullError, Scheduler
+from .settings import GenerationSettings
 
-__all__ = ["create_app", "defaults_for", "running", "serve"]
+if TYPE_CHECKING:
+    from .runner import Runner
+
+__all__ = ["create_app", "defaults_for", "render_page", "running", "serve"]
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_NAIVE_MODES: dict[str, NaiveMode] = {"decode": "decode", "bytes": "bytes"}
 
 
-def create_app(runner: Any, defaults: ServeDefaults, *, max_batch: int = 16) -> Starlette:
+def create_app(runner: Runner, defaults: ServeDefaults, *, max_batch: int = 16) -> Starlette:
     """The ASGI app: routes over one :class:`Scheduler` started and closed with the app."""
     scheduler = Scheduler(runner, max_batch=max_batch)
     api = _Api(runner, defaults, scheduler)
@@ -77,7 +85,7 @@ def create_app(runner: Any, defaults: ServeDefaults, *, max_batch: int = 16) -> 
         Route("/naive/v1/chat/completions", api.naive_chat, methods=["POST"]),
     ]
     handlers = {HTTPException: _http_error, RequestError: _request_error, QueueFullError: _queue_full}
-    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)  # type: ignore[arg-type]
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan, middleware=[Middleware(AccessLog)])
     app.state.scheduler = scheduler
     return app
 
@@ -85,14 +93,12 @@ def create_app(runner: Any, defaults: ServeDefaults, *, max_batch: int = 16) -> 
 class _Api:
     """The route handlers, sharing the runner, the defaults and the scheduler."""
 
-    def __init__(self, runner: Any, defaults: ServeDefaults, scheduler: Scheduler) -> None:
+    def __init__(self, runner: Runner, defaults: ServeDefaults, scheduler: Scheduler) -> None:
         self.runner = runner
         self.defaults = defaults
         self.scheduler = scheduler
         self.created = int(time.time())
-        page = resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
-        self._page = (page.replace("{{MODEL}}", html.escape(defaults.model))
-                      .replace("{{PROMPT}}", html.escape(DEFAULT_CHAT_PROMPT)))
+        self._page = render_page(defaults.model)
 
     async def page(self, _request: Request) -> Response:
         return HTMLResponse(self._page)
@@ -113,14 +119,15 @@ class _Api:
         return await self._generate(request, "completion", None)
 
     async def naive_chat(self, request: Request) -> Response:
-        mode = request.query_params.get("mode", "decode")
-        if mode not in ("decode", "bytes"):
-            raise RequestError(f"mode must be 'decode' or 'bytes', got {mode!r}", param="mode")
-        if mode == "bytes" and not byte_mode_available(self.scheduler._table):  # noqa: SLF001
+        asked = request.query_params.get("mode", "decode")
+        mode = _NAIVE_MODES.get(asked)
+        if mode is None:
+            raise RequestError(f"mode must be 'decode' or 'bytes', got {asked!r}", param="mode")
+        if mode == "bytes" and not self.scheduler.byte_mode:
             raise RequestError("the byte mode needs a byte-level tokenizer; use mode=decode", param="mode")
-        return await self._generate(request, "chat", mode)  # type: ignore[arg-type]
+        return await self._generate(request, "chat", mode)
 
-    async def _generate(self, request: Request, kind: Any, naive: NaiveMode | None) -> Response:
+    async def _generate(self, request: Request, kind: Kind, naive: NaiveMode | None) -> Response:
         body = await _json_body(request)
         req = parse_request(body, kind, runner=self.runner, defaults=self.defaults)
         if naive is not None and (req.stop or not req.stream):
@@ -132,6 +139,12 @@ class _Api:
         if req.stream:
             return StreamingResponse(_stream(job, env), media_type="text/event-stream", headers=_SSE_HEADERS)
         return await _whole(job, env)
+
+
+def render_page(model: str, prompt: str = DEFAULT_CHAT_PROMPT) -> str:
+    """The page at ``/`` for ``model``, with ``prompt`` in its prompt box."""
+    page = resources.files(__package__).joinpath("page.html").read_text(encoding="utf-8")
+    return page.replace("{{MODEL}}", html.escape(model)).replace("{{PROMPT}}", html.escape(prompt))
 
 
 async def _stream(job: Job, env: Envelope) -> AsyncIterator[bytes]:
@@ -235,7 +248,7 @@ async def _queue_full(_request: Request, exc: Exception) -> Response:
 # --- running it ---------------------------------------------------------------------------
 
 
-def defaults_for(runner: Any, settings: Any, *, max_batch: int = 16) -> ServeDefaults:
+def defaults_for(runner: Runner, settings: GenerationSettings, *, max_batch: int = 16) -> ServeDefaults:
     """The server's defaults from the runner and the CLI's generation settings."""
     config = runner.model.config
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -256,7 +269,7 @@ def _config(app: Starlette, host: str = "127.0.0.1", port: int = 8000) -> uvicor
 
 
 @contextlib.contextmanager
-def running(runner: Any, defaults: ServeDefaults, *, host: str = "127.0.0.1", port: int = 0,
+def running(runner: Runner, defaults: ServeDefaults, *, host: str = "127.0.0.1", port: int = 0,
             max_batch: int = 16) -> Iterator[str]:
     """Serve in a background thread for the ``with`` block; yields the base URL.
 
@@ -282,6 +295,7 @@ def running(runner: Any, defaults: ServeDefaults, *, host: str = "127.0.0.1", po
         sock.close()
 
 
-def serve(runner: Any, defaults: ServeDefaults, *, host: str, port: int, max_batch: int) -> None:
-    """Serve until interrupted (the CLI's ``serve``)."""
+def serve(runner: Runner, defaults: ServeDefaults, *, host: str, port: int, max_batch: int) -> None:
+    """Serve until interrupted (the CLI's ``serve``), one access line per request on stderr."""
+    log_to_stderr()
     uvicorn.Server(_config(create_app(runner, defaults, max_batch=max_batch), host, port)).run()

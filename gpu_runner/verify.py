@@ -19,9 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .prompts import VERIFY_PROMPTS, VerifyPrompt
+from .results import RunStats, SequenceResult, merge_stats
+from .settings import GenerationSettings
+
+if TYPE_CHECKING:
+    from .runner import Runner
 
 __all__ = [
     "SequenceCheck",
@@ -43,8 +48,9 @@ def count_fffd(text: str) -> int:
 
 def expected_text(tokenizer: Any, prompt_ids: Sequence[int], ids: Sequence[int], *, skip_special_tokens: bool) -> str:
     """The full decode of ``prompt + ids`` with the prompt's own decode cut off the front."""
-    full = tokenizer.decode(list(prompt_ids) + list(ids), skip_special_tokens=skip_special_tokens)
-    return full[len(tokenizer.decode(list(prompt_ids), skip_special_tokens=skip_special_tokens)) :]
+    full: str = tokenizer.decode(list(prompt_ids) + list(ids), skip_special_tokens=skip_special_tokens)
+    prompt: str = tokenizer.decode(list(prompt_ids), skip_special_tokens=skip_special_tokens)
+    return full[len(prompt) :]
 
 
 def naive_text(tokenizer: Any, ids: Sequence[int], *, skip_special_tokens: bool) -> str:
@@ -87,7 +93,7 @@ class SequenceCheck:
         }
 
 
-def check_sequence(tokenizer: Any, seq: Any, *, skip_special_tokens: bool, label: str = "") -> SequenceCheck:
+def check_sequence(tokenizer: Any, seq: SequenceResult, *, skip_special_tokens: bool, label: str = "") -> SequenceCheck:
     """Check one :class:`~detok_plugin.gpu_runner.SequenceResult` (properties 1 and 2)."""
     expected = expected_text(tokenizer, seq.prompt_ids, seq.text_ids, skip_special_tokens=skip_special_tokens)
     text = seq.text
@@ -107,10 +113,10 @@ def check_sequence(tokenizer: Any, seq: Any, *, skip_special_tokens: bool, label
 @dataclass(frozen=True, slots=True)
 class VerifyReport:
     model: str
-    settings: Any
+    settings: GenerationSettings
     batch: int
     checks: tuple[SequenceCheck, ...]
-    stats: Any
+    stats: RunStats
 
     @property
     def ok(self) -> bool:
@@ -134,26 +140,9 @@ class VerifyReport:
         }
 
 
-def merge_stats(parts: Sequence[Any]) -> Any:
-    """One :class:`RunStats` for several ``generate`` calls (batches run one after another)."""
-    from .runner import RunStats
-
-    return RunStats(
-        device=parts[0].device,
-        timer=parts[0].timer,
-        batch=max(p.batch for p in parts),
-        tokens=sum(p.tokens for p in parts),
-        wall_ns=sum(p.wall_ns for p in parts),
-        # Each call's prefill stays first in the merged list only for the first call; the
-        # others' prefills count as steps, a small bias towards a slower model step.
-        model_ns=tuple(ns for p in parts for ns in p.model_ns),
-        detok_ns=sum(p.detok_ns for p in parts),
-    )
-
-
 def run_verify(
-    runner: Any,
-    settings: Any,
+    runner: Runner,
+    settings: GenerationSettings,
     *,
     batch: int = 4,
     prompts: Sequence[VerifyPrompt] = VERIFY_PROMPTS,

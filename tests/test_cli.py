@@ -1,4 +1,4 @@
-"""``detok-plugin chat`` and ``detok-plugin verify``, end to end in a subprocess.
+"""``detok-plugin chat``, ``verify`` and ``serve``, end to end in a subprocess.
 
 Fast tests drive the CLI with ``--model`` pointing at a tiny random Qwen3 saved with the
 real Qwen3 tokenizer into a temporary directory; ``slow`` tests run the embedded default,
@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -61,6 +67,18 @@ def test_options_map_onto_settings() -> None:
     assert (s.stop, s.tags, s.reasoning) == (("###", "END"), "qwen3", "strip")
     assert (s.temperature, s.seed, s.top_k, s.max_new_tokens) == (0.7, 5, 50, 9)
     assert s.skip_special_tokens is False and s.chat_template is True
+
+
+def test_docs_list_every_tag_preset_chat_takes() -> None:
+    """docs/runner.md's ``chat`` row names exactly the presets ``--tags`` accepts."""
+    from detok_plugin import TagSet
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "runner.md").read_text(encoding="utf-8")
+    row = next(line for line in doc.splitlines() if line.startswith("| `detok-plugin chat"))
+    listed = re.search(r"`--tags ([^`]+)`", row)
+    assert listed is not None, row
+    assert listed.group(1).split("\\|") == list(TagSet.presets())
+    assert cli._parser().parse_args(["chat", "--tags", TagSet.presets()[-1]]).tags == TagSet.presets()[-1]
 
 
 def test_verify_json_on_a_random_model(tiny_dir: Path) -> None:
@@ -175,3 +193,59 @@ def test_verify_with_the_default_model() -> None:
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] and report["model"] == "SmolLM2-135M-Instruct" and len(report["sequences"]) == 8
+
+
+# --- serve: the access log on stderr ------------------------------------------------------
+
+
+def test_serve_logs_one_access_line_per_request_to_stderr(tiny_dir: Path) -> None:
+    """``detok-plugin serve`` writes each request's access line to stderr, as uvicorn's access
+    log does, with the request's duration: one line per request and nothing else per request."""
+    pytest.importorskip("starlette")
+    pytest.importorskip("uvicorn")
+    with socket.socket() as s:  # a free port, released for the server to take
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [str(SCRIPT), "serve", "--model", str(tiny_dir), "--port", str(port), "--threads", "1", "--device", "cpu"]
+    server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, encoding="utf-8",
+                              env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 300
+        while not _answers(f"{base}/health"):
+            assert server.poll() is None and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.2)
+        _request(f"{base}/v1/models")
+        _request(f"{base}/v1/completions", {"prompt": "hi", "max_tokens": 2, "stream": True})
+        _request(f"{base}/v1/completions", {"prompt": "hi", "n": 0})
+        _request(f"{base}/nowhere")
+        time.sleep(0.5)  # a streamed reply's line follows its last byte
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=60)
+    # The polls of /health before the server listened never connected: they leave no line.
+    lines = [line for line in err.splitlines() if ' - "' in line]
+    assert [line.split(" - ", 1)[1].rsplit(" ", 2)[0] for line in lines] == [
+        '"GET /health HTTP/1.1" 200', '"GET /v1/models HTTP/1.1" 200', '"POST /v1/completions HTTP/1.1" 200',
+        '"POST /v1/completions HTTP/1.1" 400', '"GET /nowhere HTTP/1.1" 404',
+    ], err
+    assert all(re.fullmatch(r'INFO:     127\.0\.0\.1:\d+ - ".+ HTTP/1\.1" \d{3} \d+\.\d ms', line) for line in lines)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return _request(url) == 200
+    except OSError:
+        return False
+
+
+def _request(url: str, body: object = None) -> int:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            resp.read()
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        exc.read()
+        return int(exc.code)

@@ -9,7 +9,10 @@ naive endpoints are checked to produce U+FFFD where the plugin produces none. Sh
 from __future__ import annotations
 
 import json
+import logging
+import re
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -19,6 +22,7 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 from detok_plugin.gpu_runner import GenerationSettings, Runner  # noqa: E402
+from detok_plugin.gpu_runner.access_log import ACCESS_LOGGER  # noqa: E402
 from detok_plugin.gpu_runner.prompts import DEFAULT_CHAT_PROMPT  # noqa: E402
 from detok_plugin.gpu_runner.serve import defaults_for, running  # noqa: E402
 from detok_plugin.gpu_runner.verify import expected_text, naive_text  # noqa: E402
@@ -246,6 +250,38 @@ def test_malformed_and_misrouted_requests(server: str) -> None:
     missing = post(server, "/v1/embeddings", {"input": "x"})
     assert missing.status == 404 and missing.json()["error"]["type"] == "not_found_error"
     assert get(server, CHAT).status == 405 and "error" in get(server, CHAT).json()
+
+
+# --- the access log ------------------------------------------------------------------
+
+
+def test_each_request_leaves_one_access_line(server: str, caplog: pytest.LogCaptureFixture) -> None:
+    """uvicorn's access line (client, method, path with query, HTTP version, status) plus the
+    duration, logged once the response has ended: one record per request, whatever its status."""
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    get(server, "/health")
+    get(server, "/v1/models")
+    post(server, CHAT, {"messages": MSG, "n": 0})
+    post(server, "/v1/embeddings", {"input": "x"})
+    get(server, CHAT)
+    post(server, "/naive/v1/chat/completions?mode=decode", {"messages": MSG, "stream": True, "max_tokens": 3})
+    post(server, CHAT, {"messages": MSG, "stream": True, "max_tokens": 3, "temperature": 0})
+    want = [("GET", "/health", 200), ("GET", "/v1/models", 200), ("POST", CHAT, 400),
+            ("POST", "/v1/embeddings", 404), ("GET", CHAT, 405),
+            ("POST", "/naive/v1/chat/completions?mode=decode", 200), ("POST", CHAT, 200)]
+    deadline = time.monotonic() + 30  # a stream's line follows its last byte, maybe after the client read it
+    while len(access_lines(caplog)) < len(want) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    records = access_lines(caplog)
+    assert [(r.method, r.path, r.status) for r in records] == want
+    for r, (method, path, status) in zip(records, want):
+        assert re.fullmatch(rf'127\.0\.0\.1:\d+ - "{method} {re.escape(path)} HTTP/1\.1" {status} \d+\.\d ms',
+                            r.getMessage()), r.getMessage()
+        assert r.levelno == logging.INFO and r.duration_ms >= 0
+
+
+def access_lines(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == ACCESS_LOGGER]
 
 
 def test_a_client_that_leaves_does_not_stall_the_server(runner: Runner, server: str) -> None:
