@@ -74,7 +74,7 @@ quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" "fastapi>=0.133,<0.137" "llguidan
     partial-json-parser "jsonschema>=4.23" "pydantic-extra-types[pycountry]" einops pytest-asyncio
 # vLLM's own Qwen3 reasoning parser, compared with detok's (tests/integrations/vllm/test_vllm_chat.py).
 quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" ijson
-# detok-plugin serve, and its page checked in a real browser (tests/test_serve_browser.py):
+# detok-plugin serve, and its page checked in a real browser (tests/runner/test_serve_browser.py):
 # Debian's chromium driven by playwright (pip's playwright cannot download a browser here).
 step "serve (starlette, uvicorn), playwright, Debian's chromium"
 quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" -e ".[serve]" "playwright==1.65.2"

@@ -74,7 +74,7 @@ def pytest_terminal_summary(terminalreporter):
 @pytest.fixture(scope="session")
 def smollm2_runner():
     """The real model (SmolLM2-135M from its PyPI GGUF) on the CPU, loaded once per session
-    for the modules that serve it (tests/test_serve.py, tests/test_serve_browser.py)."""
+    for the modules that serve it (tests/runner/test_serve.py, tests/runner/test_serve_browser.py)."""
     pytest.importorskip("torch")
     from detok_plugin.gpu_runner import Runner
 

@@ -73,7 +73,7 @@ def test_docs_list_every_tag_preset_chat_takes() -> None:
     """docs/runner.md's ``chat`` row names exactly the presets ``--tags`` accepts."""
     from detok_plugin import TagSet
 
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "runner.md").read_text(encoding="utf-8")
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "runner.md").read_text(encoding="utf-8")
     row = next(line for line in doc.splitlines() if line.startswith("| `detok-plugin chat"))
     listed = re.search(r"`--tags ([^`]+)`", row)
     assert listed is not None, row

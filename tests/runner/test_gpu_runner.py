@@ -342,36 +342,7 @@ def test_cuda_device_without_cuda_is_a_clear_error() -> None:
     assert select_device("auto").type == "cpu"
 
 
-# --- the package's shape ------------------------------------------------------------------
-
-PACKAGE = Path(__file__).resolve().parent.parent / "gpu_runner"
-
-
-@pytest.mark.parametrize("path", sorted(PACKAGE.glob("*.py")), ids=lambda p: p.name)
-def test_module_is_one_concept_of_a_few_hundred_lines(path: Path) -> None:
-    lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= 450, f"{path.name} has {lines} lines (at most 450): split it by concept"
-
-
-def test_no_function_is_above_complexity_15() -> None:
-    radon = pytest.importorskip("radon.complexity")
-    over = [f"{path.name}:{item.lineno} {item.fullname} ({item.complexity})"
-            for path in sorted(PACKAGE.glob("*.py"))
-            for block in radon.cc_visit(path.read_text(encoding="utf-8"))
-            for item in [block, *getattr(block, "methods", [])]
-            if getattr(item, "letter", "F") in "FM" and item.complexity > 15]
-    assert not over, "functions above complexity 15: " + ", ".join(over)
-
-
-def test_mypy_strict_passes_on_the_package() -> None:
-    """Checked as the folder (``mypy --strict gpu_runner``): pyproject's package-dir maps it to
-    ``detok_plugin.gpu_runner``, a mapping mypy's ``-p`` cannot follow in an editable install."""
-    import sys
-
-    pytest.importorskip("mypy")
-    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", "/dev/null",
-                           "gpu_runner"], cwd=PACKAGE.parent, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+# --- the package's shape (lines, complexity, mypy: tests/test_code_shape.py) ---------------
 
 
 def test_runner_keeps_the_names_it_split_out() -> None:
