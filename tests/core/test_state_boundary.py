@@ -1,4 +1,4 @@
-"""The one boundary rule: stop strings, tags and channels in the same stream (issue 3)."""
+"""The one boundary rule: stop strings, tags and channels in the same stream."""
 
 from __future__ import annotations
 
