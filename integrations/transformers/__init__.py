@@ -36,7 +36,7 @@ The package: ``streamers`` (``DetokStreamer``), ``iterators`` (the queue-backed 
 ``stop_criteria``, ``patching`` (switching it on), and ``_framework``, the one module that
 imports transformers, lazily: importing the package is cheap and works without
 transformers; :func:`install` and :class:`DetokStopCriteria` raise an ImportError naming
-``pip install detok-plugin[transformers]`` when it is missing.
+``pip install transformers`` when it is missing (detok-plugin never installs a framework).
 
 >>> import torch
 >>> from detok_plugin import TokenTable

@@ -18,7 +18,7 @@ STREAMERS = "transformers.generation.streamers"
 #: transformers' streamer names the shim rebinds (``TextDiffusionStreamer``: transformers 5.x).
 STREAMER_NAMES = ("TextStreamer", "TextIteratorStreamer", "AsyncTextIteratorStreamer", "TextDiffusionStreamer")
 
-_HINT = "pip install detok-plugin[transformers]"
+_HINT = "pip install transformers (detok-plugin never installs a framework)"
 
 
 def require() -> ModuleType:
