@@ -93,7 +93,8 @@ def test_the_wheel_holds_every_package_the_hooks_and_the_entry_point(dist: Path)
 
 def test_the_sdist_builds_the_same_package(dist: Path) -> None:
     [sdist] = dist.glob("detok_plugin-*.tar.gz")
-    names = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
     for needed in ("pyproject.toml", "setup.py", *(f"integrations/{h}" for h in HOOKS), "detok_plugin/families/__init__.py"):
         assert needed in names, needed
 
