@@ -6,25 +6,30 @@ dict lookup unless ``DETOK_PLUGIN`` is set; set, it calls the stack's ``_startup
 arms an :class:`ImportHook`: a finder at the front of ``sys.meta_path`` that costs nothing
 until the module it waits for (transformers' streamers, TGI's serving module) is imported,
 and then runs that module's real loader and the shim's install right after it, once.
-Nothing of the framework is imported early. :func:`pth_command` is every stack's
-``python -m detok_plugin.integrations.<stack> {install-pth,remove-pth,show-pth}``.
+Nothing of the framework is imported early, and nothing is said at start: each stack says
+what the switch did (on, off, refused and why) in one line when, and only when, its
+framework's module is imported in that process (:func:`arm_at_start`), so a hook of one
+stack is silent in another stack's process (vLLM's processes run every ``.pth`` line too).
+The line goes out through :func:`say`, never ``warnings.warn`` (which, called from a
+``.pth`` line, prints a raw ``<string>:1: UserWarning``). :func:`pth_command` is every
+stack's ``python -m detok_plugin.integrations.<stack> {install-pth,remove-pth,show-pth}``.
 """
 
 from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import logging
 import sys
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from .patches import PATCHES
-from .switch import Switch, problem_once
+from .switch import Switch
 
-__all__ = ["PTH_ACTIONS", "ImportHook", "arm_at_start", "pth_command", "pth_line"]
+__all__ = ["PTH_ACTIONS", "ImportHook", "arm_at_start", "pth_command", "pth_line", "say"]
 
 
 class ImportHook(importlib.abc.MetaPathFinder):
@@ -82,22 +87,48 @@ class _Loader(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
-def arm_at_start(hook: ImportHook, what: str) -> None:
-    """A stack's ``_startup()`` (what its ``.pth`` line calls at interpreter start): with
-    ``DETOK_PLUGIN`` on, arm ``hook``; off or unset, nothing; a mistaken value warns, once per
-    process whatever other stacks read it. It never raises: a ``.pth`` line that raises
-    prints a traceback at every interpreter start."""
+def say(logger_name: str, level: int, line: str) -> None:
+    """Say ``line`` where this process shows it: through ``logging`` (as ``logger_name``)
+    when the application has set up a handler on its way (its configuration then decides),
+    else as one plain line on stderr. Never raises."""
+    log = logging.getLogger(logger_name)
+    if log.hasHandlers():
+        log.log(level, "%s", line)
+        return
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):  # no usable stderr (pythonw, closed): nowhere to say it
+        pass
+
+
+#: The hooks that say "off", by the module each waits for (one per module and process).
+_OFF_HOOKS: dict[str, ImportHook] = {}
+
+
+def arm_at_start(hook: ImportHook, *, tell: Callable[[int, str], None], stock: str) -> None:
+    """A stack's ``_startup()`` (what its ``.pth`` line calls at interpreter start).
+
+    With ``DETOK_PLUGIN`` on, arm ``hook`` (its ``on_load`` patches and says so); off or a
+    mistaken value, arm a hook on the same module that says ``detok-plugin: off (<why>);
+    <stock>`` through ``tell(level, line)`` (a mistaken value as a warning); unset or empty,
+    nothing. Either way nothing is said unless that module is imported in this process. It
+    never raises: a ``.pth`` line that raises prints a traceback at every interpreter start.
+    """
     switch = Switch.from_env()
-    if not switch.on:
-        problem = problem_once(switch.problem)
-        if problem is not None:
-            warnings.warn(f"detok-plugin: {problem}", stacklevel=3)
+    if switch.state == "unset":
         return
     try:
         with PATCHES.lock:
-            hook.arm()
+            if switch.on:
+                hook.arm()
+            elif hook.fullname not in _OFF_HOOKS:
+                level = logging.WARNING if switch.problem else logging.INFO
+                line = f"detok-plugin: off ({switch.source}); {stock}"
+                off = _OFF_HOOKS[hook.fullname] = ImportHook(hook.fullname, lambda _module: tell(level, line))
+                off.arm()
     except Exception as exc:  # never break interpreter start
-        warnings.warn(f"detok-plugin: DETOK_PLUGIN=1: could not arm {what}: {exc!r}", stacklevel=3)
+        tell(logging.WARNING, f"detok-plugin: {switch.source}: could not wait for {hook.fullname}: {exc!r}; {stock}")
 
 
 PTH_ACTIONS: Sequence[str] = ("install-pth", "remove-pth", "show-pth")

@@ -3,8 +3,10 @@
 Values, whatever the stack: ``1``/``true``/``yes``/``on`` (any case) switch it on;
 ``0``/``false``/``no``/``off`` switch it off; unset or empty leave the stack's own default
 (off, except where the stack's own plugin list names the plugin: vLLM's ``VLLM_PLUGINS``);
-any other value is a mistake: the stack stays stock and says so once per process
-(:func:`problem_once`), however many stacks read the switch in that process.
+any other value is a mistake: the stack stays stock. Each stack says what the switch did
+(on, off, refused and why) in one line per process, and only in a process that imports its
+framework (``common.startup``, ``vllm.plugin``); :attr:`Switch.source` is what that line
+names.
 
 >>> Switch.from_env({"DETOK_PLUGIN": "Yes"}).state
 'on'
@@ -16,11 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import threading
 from collections.abc import Mapping
 from typing import Literal
 
-__all__ = ["ENV_FLAG", "Switch", "problem_once"]
+__all__ = ["ENV_FLAG", "Switch"]
 
 #: The environment variable every stack reads.
 ENV_FLAG = "DETOK_PLUGIN"
@@ -57,18 +58,3 @@ class Switch:
     def on(self) -> bool:
         return self.state == "on"
 
-
-_said: set[str] = set()
-_lock = threading.Lock()
-
-
-def problem_once(problem: str | None) -> str | None:
-    """``problem`` (a switch's) the first time any stack asks in this process, else None: a
-    mistaken value is said once, not once per stack whose hook runs there."""
-    if problem is None:
-        return None
-    with _lock:
-        if problem in _said:
-            return None
-        _said.add(problem)
-    return problem

@@ -15,6 +15,8 @@ import logging
 from types import ModuleType
 from typing import Any
 
+from ..common.startup import say
+
 __all__ = [
     "FINISH_EOS_TOKEN",
     "FINISH_LENGTH",
@@ -143,12 +145,12 @@ def log(level: str, message: str) -> None:
     The launcher shows only what the shard writes to stdout as loguru JSON
     (``text-generation-server serve --json-output``), and the shard's one loguru handler
     passes only records named inside ``text_generation_server``. So the line goes through
-    loguru under that name. Without loguru (no TGI), through Python's logging.
+    loguru under that name. Without loguru (no TGI), as ``common.startup.say`` says it.
     """
     try:
         from loguru import logger as loguru_logger  # type: ignore[import-not-found]
     except ImportError:
-        logger.log(logging.getLevelName(level), "%s", message)
+        say(logger.name, logging.getLevelName(level), message)
         return
     loguru_logger.patch(_in_tgi).log(level, message)
 

@@ -4,16 +4,19 @@
 ``Model`` class that defines it, through the shared patch registry, once the contract holds
 (``_framework``); :func:`uninstall` puts TGI's own back. ``DETOK_PLUGIN=1`` does it at
 interpreter start through the ``.pth`` line (``common.startup``), when TGI's serving module
-is first imported.
+is first imported (its line says ``on``; ``DETOK_PLUGIN=0`` or a mistaken value says ``off``
+at the same moment, and a process that never imports TGI's server hears nothing).
 """
 
 from __future__ import annotations
 
+import logging
 from types import ModuleType
 from typing import Any
 
 from ..common.patches import PATCHES
 from ..common.startup import ImportHook, arm_at_start
+from ..common.switch import Switch
 from ._framework import (
     SERVER_MODULE,
     VERIFIED_CONTRACTS,
@@ -117,14 +120,20 @@ def _install_quietly(_module: ModuleType | None = None) -> None:
     try:
         install()
     except Exception as exc:
-        log("ERROR", f"detok-plugin: NOT switched on: {exc!r}; TGI keeps its stock text")
+        source = Switch.from_env().source
+        log("ERROR", f"detok-plugin: NOT switched on ({source}): {type(exc).__name__}: {exc}; TGI keeps its stock text")
 
 
 #: Waits, costing nothing, for TGI's serving module, then installs (once).
 _HOOK = ImportHook(SERVER_MODULE, _install_quietly)
 
 
+def _tell(level: int, line: str) -> None:
+    log(logging.getLevelName(level), line)
+
+
 def startup() -> None:
     """Called by the ``.pth`` line at interpreter start: honour ``DETOK_PLUGIN``
-    (``common.startup.arm_at_start``): on, patch when the module it waits for is imported."""
-    arm_at_start(_HOOK, "the TGI shim")
+    (``common.startup.arm_at_start``): when TGI's serving module is imported, install (on;
+    :func:`install` says so) or say off."""
+    arm_at_start(_HOOK, tell=_tell, stock="TGI keeps its stock text")

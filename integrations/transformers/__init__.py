@@ -30,7 +30,8 @@ Switching it on without editing the application (``docs/transformers.md``):
 * ``DETOK_PLUGIN=1`` in the environment does the same at interpreter start, through a
   one-line ``.pth`` file that ``python -m detok_plugin.integrations.transformers install-pth``
   writes (or that you add yourself: :data:`PTH_LINE`). It imports nothing from transformers
-  at start; it patches when ``transformers.generation.streamers`` is first imported.
+  at start; it patches when ``transformers.generation.streamers`` is first imported, and
+  then says what the switch did in one line (nothing in a process that never imports them).
 
 The package: ``streamers`` (``DetokStreamer``), ``iterators`` (the queue-backed ones),
 ``stop_criteria``, ``patching`` (switching it on), and ``_framework``, the one module that

@@ -23,7 +23,8 @@ Switched on by ``DETOK_PLUGIN=1`` (or ``VLLM_PLUGINS`` naming ``detok_plugin``; 
 says exactly how). The package: ``plugin`` (the entry point and the switch),
 ``detokenizer`` (the adapter), ``handover`` (a request the core failed goes on stock),
 ``xargs`` (the tags a chat parser passes to the detokenizer), ``chat`` and
-``chat_registry`` (the ``detok_*`` parsers), ``harmony`` (gpt-oss), ``tool_ids``, and
+``chat_registry`` (the ``detok_*`` parsers), ``parser_names`` (their names, checked at
+vLLM's argument validation, the switch off too), ``harmony`` (gpt-oss), ``tool_ids``, and
 ``_framework``, the one module that imports vLLM and checks its contract: a new vLLM
 version is a change there.
 """

@@ -2,10 +2,12 @@
 
 Every vLLM name the shim uses comes through here: the detokenizer seam
 (``vllm.v1.engine.detokenizer.IncrementalDetokenizer.from_new_request``), the chat layer's
-parser classes and managers, and vLLM's logging. They are private API: supporting a new
-vLLM version is a change to this file (:data:`VERIFIED_VLLM_VERSIONS`, and what
-:func:`contract_problems` and :func:`chat_problems` check). vLLM is imported lazily
-(:func:`detokenizer_api`, :func:`chat_api`), so importing the shim costs nothing.
+parser classes and managers, the serve arguments' validation (``validate_api_server_args``
+in vLLM's launcher module), the Rust-frontend setting, and vLLM's logging. They are private
+API: supporting a new vLLM version is a change to this file (:data:`VERIFIED_VLLM_VERSIONS`,
+and what :func:`contract_problems`, :func:`chat_problems` and :func:`validator_problems`
+check). vLLM is imported lazily (:func:`detokenizer_api`, :func:`chat_api`), so importing
+the shim costs nothing.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import inspect
+import sys
 from types import ModuleType
 from typing import Any, NamedTuple
 
 __all__ = [
+    "LAUNCHER_MODULE",
+    "RUST_FRONTEND_FLAG",
+    "VALIDATOR",
     "VERIFIED_VLLM_VERSIONS",
     "ChatApi",
     "adjust_harmony_output_format",
@@ -24,7 +30,11 @@ __all__ = [
     "chat_problems",
     "contract_problems",
     "detokenizer_api",
+    "launcher_module",
     "logger_module",
+    "parser_names",
+    "rust_frontend",
+    "validator_problems",
     "vllm_version",
 ]
 
@@ -98,6 +108,54 @@ def logger_module() -> ModuleType | None:
     except ImportError:
         return None
     return vllm_logger
+
+
+#: vLLM's module whose ``setup_server`` validates the serve arguments in the API-server
+#: process before it builds the engine (0.32 defines the validator there; 0.33 imports it
+#: there from ``vllm.entrypoints.common.cli_args``, and ``setup_server`` looks it up there).
+LAUNCHER_MODULE = "vllm.entrypoints.launchers.launcher"
+
+#: The validator in it: ``validate_api_server_args(args)``, which checks the parser names.
+VALIDATOR = "validate_api_server_args"
+
+#: vLLM 0.32/0.33's setting for its Rust frontend (``vllm serve`` answers HTTP from
+#: ``vllm-rs``, which detokenizes and parses in Rust: no Python plugin acts there).
+RUST_FRONTEND_FLAG = "VLLM_USE_RUST_FRONTEND"
+
+
+def launcher_module() -> ModuleType | None:
+    """vLLM's launcher module if it is imported in this process (an API server), else None."""
+    return sys.modules.get(LAUNCHER_MODULE)
+
+
+def validator_problems(launcher: ModuleType) -> list[str]:
+    """How the launcher's validator differs from what the names check wraps; [] if nothing."""
+    fn = getattr(launcher, VALIDATOR, None)
+    if not callable(fn):
+        return [f"{LAUNCHER_MODULE}.{VALIDATOR} is gone"]
+    if _params(fn) != ["args"]:
+        return [f"{LAUNCHER_MODULE}.{VALIDATOR} takes {_params(fn)}, not (args)"]
+    return []
+
+
+def parser_names(args: Any) -> tuple[str | None, str | None]:
+    """(reasoning parser, tool parser) as ``vllm serve``'s arguments name them:
+    ``--reasoning-parser`` (else the structured-outputs config's, as ``EngineArgs`` merges
+    them) and ``--tool-call-parser``."""
+    reasoning = getattr(args, "reasoning_parser", None) or getattr(
+        getattr(args, "structured_outputs_config", None), "reasoning_parser", None
+    )
+    return reasoning or None, getattr(args, "tool_call_parser", None) or None
+
+
+def rust_frontend() -> bool:
+    """Whether :data:`RUST_FRONTEND_FLAG` is set, read as vLLM reads it (``vllm.envs``)."""
+    try:
+        import vllm.envs as envs
+
+        return bool(getattr(envs, RUST_FRONTEND_FLAG, False))
+    except Exception:  # an unreadable value: vLLM's own start fails on it, not here
+        return False
 
 
 def vllm_version() -> str:

@@ -5,10 +5,16 @@ vLLM 0.32/0.33 compose one unified ``vllm.parser.Parser`` per server from the tw
 :func:`register_chat_parsers` therefore (a) registers per preset (``detok_plugin.families``)
 a reasoning parser and a tool parser under ``detok_<preset>`` in vLLM's own managers, so the
 names pass vLLM's argument checks and the engine core's structured-output gate finds a real
-reasoning parser (vLLM's ``BaseThinkingReasoningParser`` over the preset's tags), and (b)
-wraps ``_compose_parser`` (through the shared patch registry) so that names beginning with
-``detok`` give :class:`~.chat.DetokChatParser`; every other name goes to vLLM's own
-composition, unchanged.
+reasoning parser (vLLM's ``BaseThinkingReasoningParser`` over the preset's tags:
+:class:`DetokReasoningParser`), and (b) wraps ``_compose_parser`` (through the shared patch
+registry) so that names beginning with ``detok`` give :class:`~.chat.DetokChatParser`; every
+other name goes to vLLM's own composition, unchanged. Which names exist, and which pair, is
+``parser_names``' (which also checks them at vLLM's argument validation).
+
+A tokenizer whose vocabulary lacks the reasoning tags as single tokens (a model that does
+not think) is tolerated, as vLLM's own ``qwen3`` parser tolerates it: the server starts,
+the detok parser finds the tags in the text, and the structured-output gate, which reads
+ids, waits for a reasoning end it cannot see (:class:`DetokReasoningParser`, one line says so).
 """
 
 from __future__ import annotations
@@ -23,27 +29,72 @@ from detok_plugin import TagSet
 from ..common.patches import PATCHES
 from . import _framework
 from .chat import DetokChatParser, DetokHarmonyParser, DetokToolParser
+from .parser_names import HARMONY, PREFIX, detok_names, pair_problem
 
-__all__ = ["HARMONY", "PREFIX", "parser_class", "register_chat_parsers", "unregister_chat_parsers"]
+__all__ = [
+    "HARMONY", "PREFIX", "DetokReasoningParser", "parser_class", "register_chat_parsers", "unregister_chat_parsers",
+]
 
 logger = logging.getLogger("vllm.detok_plugin")
 
 _api = _framework.chat_api()
+_Thinking: Any = _api.BaseThinkingReasoningParser
 
-#: Every parser name this module registers begins with it.
-PREFIX = "detok_"
 
-#: gpt-oss's parser name: harmony, read by ``harmony.HarmonyChannels`` (not a core preset).
-HARMONY = PREFIX + "gpt_oss"
+class DetokReasoningParser(_Thinking):  # type: ignore[misc]
+    """vLLM's own thinking-token reasoning parser over a preset's tags (``start_token``,
+    ``end_token``: class attributes of :func:`_reasoning_class`'s subclasses): what vLLM's
+    engine core asks (``is_reasoning_end``) to gate structured outputs, and what its
+    ``ReasoningConfig`` builds at start.
+
+    vLLM's base refuses at construction a tokenizer that lacks either tag as a single token
+    ("could not locate think start/end tokens"), which stops the server at start; vLLM's
+    own ``qwen3`` parser starts on such a tokenizer. So does this one: a tag that is no
+    single token has no id (``None``), and the base's id checks then never match it, as
+    vLLM's ``qwen3`` engine finds no id either: without the close tag's id, the gate waits
+    for a reasoning end it cannot see, and a structured output applies only with
+    ``--structured-outputs-config.enable_in_reasoning true``. One line per process says so.
+    The detok chat parser itself finds the tags in the text, whatever their tokens.
+    """
+
+    start_token: str = ""
+    end_token: str = ""
+
+    def __init__(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
+        vocab = tokenizer.get_vocab() if tokenizer is not None else {}
+        if tokenizer is None or (self.start_token in vocab and self.end_token in vocab):
+            super().__init__(tokenizer, *args, **kwargs)  # vLLM's own, unchanged
+            return
+        # vLLM's ReasoningParser.__init__, without the base's refusal.
+        super(_Thinking, self).__init__(tokenizer, *args, **kwargs)
+        self.start_token_id = vocab.get(self.start_token)
+        self.end_token_id = vocab.get(self.end_token)
+        if self.end_token_id is None:
+            _text_tags_once(self.end_token)
+
+
+_said_text_tags: set[str] = set()
+
+
+def _text_tags_once(close_tag: str) -> None:
+    if close_tag in _said_text_tags:
+        return
+    _said_text_tags.add(close_tag)
+    logger.warning(
+        "detok-plugin: %r is not a single token of this tokenizer: the detok parser finds it in the text, "
+        "but vLLM's structured-output gate reads ids and waits for a reasoning end it cannot see (as "
+        "vLLM's own qwen3 parser does here); pass --structured-outputs-config.enable_in_reasoning true "
+        "for structured outputs",
+        close_tag,
+    )
 
 
 @functools.cache
 def _reasoning_class(open_tag: str, close_tag: str) -> type:
-    """vLLM's own thinking-token reasoning parser over these tags: what vLLM's engine core
-    asks (``is_reasoning_end``) to gate structured outputs."""
+    """:class:`DetokReasoningParser` over these tags."""
     return type(
         "DetokReasoningParser",
-        (_api.BaseThinkingReasoningParser,),
+        (DetokReasoningParser,),
         {"start_token": open_tag, "end_token": close_tag, "__module__": "detok_plugin.integrations.vllm.chat"},
     )
 
@@ -75,16 +126,14 @@ def _compose(cls: Any, bound: inspect.BoundArguments) -> Any:
     """ParserManager._compose_parser for detok names; None if neither name is ours."""
     args = bound.arguments
     r_name, t_name = args.get("reasoning_parser_name"), args.get("tool_parser_name")
+    problem = pair_problem(r_name, t_name)  # also checked at vLLM's argument validation (parser_names)
+    if problem is not None:
+        raise TypeError(problem)
     if HARMONY in (r_name, t_name):
-        return _harmony_compose(r_name, t_name, bool(args.get("enable_auto_tools")))
+        return _harmony_class(r_name == HARMONY, bool(args.get("enable_auto_tools")) and t_name == HARMONY)
     r_tags, t_tags = _preset(r_name), _preset(t_name)
     if r_tags is None and t_tags is None:
         return None
-    if (r_name and r_tags is None) or (t_name and t_tags is None):
-        raise TypeError(
-            f"--reasoning-parser {r_name} and --tool-call-parser {t_name}: a detok parser pairs only "
-            f"with another detok parser (e.g. --reasoning-parser detok_qwen3 --tool-call-parser detok_qwen3)"
-        )
     tools = bool(args.get("enable_auto_tools")) and t_tags is not None
     reasoning = r_tags is not None
     if not tools and not reasoning:
@@ -96,13 +145,6 @@ def _compose(cls: Any, bound: inspect.BoundArguments) -> Any:
         r.reasoning_open, r.reasoning_close, t.tool_open, t.tool_close, t.tool_format,
     )
     return parser_class(tags, reasoning, tools)
-
-
-def _harmony_compose(r_name: str | None, t_name: str | None, auto_tools: bool) -> type[DetokChatParser] | None:
-    for name in (r_name, t_name):
-        if name and name != HARMONY:
-            raise TypeError(f"{HARMONY} pairs only with itself (--reasoning-parser {HARMONY} --tool-call-parser {HARMONY})")
-    return _harmony_class(r_name == HARMONY, auto_tools and t_name == HARMONY)
 
 
 @functools.cache
@@ -131,26 +173,28 @@ def _wrapped_compose(cls: Any, *args: Any, **kwargs: Any) -> Any:
 _OURS = classmethod(_wrapped_compose)
 
 
-def register_chat_parsers() -> bool:
-    """Register ``detok_<preset>`` parsers and wrap ``_compose_parser``; safe to repeat.
-    Returns False (and logs why) when the installed vLLM does not fit."""
+def register_chat_parsers() -> list[str]:
+    """Register the ``detok_*`` parsers (``parser_names.detok_names``) and wrap
+    ``_compose_parser``; safe to repeat. Returns why not (logged) when the installed vLLM
+    does not fit, else []."""
     problems = _framework.chat_problems(_wrapped_compose)
     if problems:
         logger.error("detok-plugin: chat parsers NOT registered: %s", "; ".join(problems))
-        return False
-    for name in TagSet.presets():
-        tags = TagSet.preset(name)
-        if tags.tool_open:
-            _api.ToolParserManager.register_module(PREFIX + name, force=True, module=DetokToolParser)
-        if tags.reasoning_open and tags.reasoning_close:
-            cls = _reasoning_class(tags.reasoning_open, tags.reasoning_close)
-            _api.ReasoningParserManager.register_module(PREFIX + name, force=True, module=cls)
+        return problems
+    reasoning, tools = detok_names()
+    for name in sorted(tools - {HARMONY}):
+        _api.ToolParserManager.register_module(name, force=True, module=DetokToolParser)
+    for name in sorted(reasoning - {HARMONY}):
+        tags = TagSet.preset(name[len(PREFIX) :])
+        assert tags.reasoning_open and tags.reasoning_close
+        cls = _reasoning_class(tags.reasoning_open, tags.reasoning_close)
+        _api.ReasoningParserManager.register_module(name, force=True, module=cls)
     _api.ToolParserManager.register_module(HARMONY, force=True, module=DetokToolParser)
     _api.ReasoningParserManager.register_module(HARMONY, force=True, module=_api.GptOssReasoningParser)
     with PATCHES.lock:
         if not PATCHES.is_ours(_api.ParserManager, "_compose_parser"):
             PATCHES.install(_api.ParserManager, "_compose_parser", _OURS)
-    return True
+    return []
 
 
 def unregister_chat_parsers() -> None:

@@ -7,10 +7,18 @@ registers the ``detok_*`` chat parsers (``chat_registry``). The switch, read in 
 
 * ``DETOK_PLUGIN=1`` (or ``true``/``yes``/``on``) switches it on; ``DETOK_PLUGIN=0``
   (or ``false``/``no``/``off``) keeps stock vLLM even when the plugin is named below; any
-  other value logs a warning and keeps stock vLLM (``common.switch``);
+  other value keeps stock vLLM with a warning that names it (``common.switch``);
 * otherwise (unset or empty) it is on when ``VLLM_PLUGINS`` names ``detok_plugin`` (vLLM
   then loads only the plugins it names), and off when ``VLLM_PLUGINS`` is unset too (vLLM
-  loads every installed plugin then; being installed is not consent).
+  loads every installed plugin then; being installed is not consent);
+* with ``VLLM_USE_RUST_FRONTEND=1``, ``vllm serve`` answers HTTP from vLLM's Rust frontend,
+  where no Python plugin acts: the plugin stays off and says so.
+
+Each vLLM process says in one line what the switch did there: ``on (...)``, ``off (...)``
+(INFO; a mistaken value as a WARNING), or ``NOT switched on (...)`` with the reason. The
+``detok_*`` parser names are checked at vLLM's argument validation in every case
+(``parser_names``): naming one where the plugin cannot act stops the server before its
+model loads, with the reason and ``DETOK_PLUGIN=1``.
 
 The contract is private vLLM API (``_framework``). :func:`register` checks it on every
 start-up; on a vLLM version not in ``VERIFIED_VLLM_VERSIONS`` it logs a warning naming the
@@ -35,9 +43,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..common.patches import PATCHES
-from ..common.switch import Switch, problem_once
-from . import _framework
+from ..common.switch import Switch
+from . import _framework, parser_names
 from .detokenizer import VllmDetokenizer, detokenizer_is_ours, stock_detokenizer
+from .parser_names import Refusal
 
 __all__ = ["PLUGIN_NAME", "Settings", "is_registered", "register", "unregister"]
 
@@ -108,8 +117,8 @@ def _startup_log(level: int, msg: str, *args: Any) -> None:
     (every entry point makes one; the wrapper that waits for it puts vLLM's function back
     on that call), then goes out through vLLM's handler. Other lines go out at once:
     warnings and errors reach stderr through Python's last-resort handler, and a reason for
-    staying stock must never wait on a call that may not come; DEBUG lines (the plugin
-    off) are not worth touching vLLM for.
+    staying stock must never wait on a call that may not come; DEBUG lines (a line said
+    before in this process) are not worth touching vLLM for.
     """
     if level != logging.INFO or logging.getLogger("vllm").handlers:
         logger.log(level, msg, *args)
@@ -141,12 +150,13 @@ def _startup_log(level: int, msg: str, *args: Any) -> None:
 class _StartupState:
     """Start-up lines waiting for vLLM's logging (see :func:`_startup_log`)."""
 
-    __slots__ = ("lock", "pending", "wrapped")
+    __slots__ = ("lock", "pending", "said", "wrapped")
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self.pending: list[tuple[int, str, tuple[Any, ...]]] = []
         self.wrapped: Any = None
+        self.said: set[str] = set()  # lines said once per process (_say_once)
 
     def flush(self) -> None:
         pending, self.pending = self.pending, []
@@ -175,17 +185,30 @@ def register() -> bool:
     """The ``vllm.general_plugins`` entry point: install the adapter when the switch is on.
 
     Returns whether the adapter is installed afterwards. Safe to call more than once and in
-    every process (vLLM loads general plugins in each of its processes).
+    every process (vLLM loads general plugins in each of its processes). Each process says
+    in one line what the switch did: on, off (and why), or not switched on (and why). In
+    every case the ``detok_*`` parser names are checked at vLLM's argument validation
+    (``parser_names``): a server that names one where the plugin cannot act stops before
+    its model loads, with that reason.
     """
     settings = Settings.from_env()
     if not settings.enabled:
-        if settings.problem is None:
-            _startup_log(logging.DEBUG, "detok-plugin: off (%s); vLLM keeps its stock detokenizer", settings.source)
-        elif problem_once(settings.problem) is not None:  # said once per process, by any stack
-            _startup_log(logging.WARNING, "detok-plugin: off (%s); vLLM keeps its stock detokenizer", settings.source)
+        level = logging.INFO if settings.problem is None else logging.WARNING
+        _say_once(level, f"detok-plugin: off ({settings.source}); {_STOCK}")
+        parser_names.guard(Refusal(f"detok-plugin is off ({settings.source})", "start vLLM with DETOK_PLUGIN=1"))
+        return False
+    if _framework.rust_frontend():
+        flag = _framework.RUST_FRONTEND_FLAG
+        _say_once(
+            logging.WARNING,
+            f"detok-plugin: NOT switched on ({settings.source}): {flag}=1, so `vllm serve` answers HTTP from "
+            f"vLLM's Rust frontend (vllm-rs), which detokenizes and parses in Rust, where detok-plugin cannot "
+            f"act; this server runs stock vLLM (unset {flag} to use the plugin)",
+        )
+        parser_names.guard(Refusal(f"{flag}=1 serves the chat API from vLLM's Rust frontend", f"unset {flag}"))
         return False
     _framework.detokenizer_api()
-    _register_chat_parsers()
+    parser_names.guard(_register_chat_parsers())
     version = _framework.vllm_version()
     verified = _framework.VERIFIED_VLLM_VERSIONS
     if version.split("+")[0] not in verified:
@@ -199,13 +222,10 @@ def register() -> bool:
     cls, ours = _factory()
     problems = _framework.contract_problems(ours)
     if problems:
-        _startup_log(
+        _say_once(
             logging.ERROR,
-            "detok-plugin: NOT switched on (%s): vLLM %s breaks the detokenizer contract: %s. "
-            "vLLM keeps its stock detokenizer.",
-            settings.source,
-            version,
-            "; ".join(problems),
+            f"detok-plugin: NOT switched on ({settings.source}): vLLM {version} breaks the detokenizer "
+            f"contract: {'; '.join(problems)}. {_STOCK}.",
         )
         return False
     with PATCHES.lock:
@@ -219,20 +239,37 @@ def register() -> bool:
     return True
 
 
-def _register_chat_parsers() -> None:
-    """The ``detok_*`` chat parsers (``chat_registry``): inert until a server names them."""
+#: What every line that keeps stock says vLLM keeps.
+_STOCK = "vLLM keeps its stock detokenizer"
+
+
+def _say_once(level: int, line: str) -> None:
+    """A start-up line, at ``level`` the first time this process says it (DEBUG after)."""
+    with _Startup.lock:
+        first = line not in _Startup.said
+        _Startup.said.add(line)
+    _startup_log(level if first else logging.DEBUG, "%s", line)
+
+
+def _register_chat_parsers() -> Refusal | None:
+    """The ``detok_*`` chat parsers (``chat_registry``): inert until a server names them.
+    Returns why they cannot run on this vLLM (logged), or None."""
     try:
         from .chat_registry import register_chat_parsers
     except ImportError as exc:  # a vLLM without the unified parser (before 0.32)
         _startup_log(logging.WARNING, "detok-plugin: no detok_* chat parsers on this vLLM (%s)", exc)
-        return
-    register_chat_parsers()
+        return Refusal(f"this vLLM has no unified chat parser for them ({exc})", "use vLLM 0.32 or 0.33")
+    problems = register_chat_parsers()
+    if not problems:
+        return None
+    return Refusal(f"this vLLM's chat layer does not fit them ({'; '.join(problems)})", "use vLLM 0.32 or 0.33")
 
 
 def unregister() -> bool:
     """Restore vLLM's stock factory (and parser composition); returns whether ours was installed."""
     from .chat_registry import unregister_chat_parsers
 
+    parser_names.unguard()
     unregister_chat_parsers()
     cls, _ = _factory()
     return PATCHES.uninstall(cls, "from_new_request")

@@ -97,11 +97,12 @@ def test_a_regular_install_ships_the_hook(tmp_path):
     assert zipfile.ZipFile(wheel).read(tgi.PTH_NAME).decode().strip() == tgi.PTH_LINE
 
 
-@pytest.mark.parametrize("flag, armed", [("1", True), ("0", False), (None, False)])
+@pytest.mark.parametrize("flag, armed", [("1", True), ("0", False), ("maybe", False), (None, False)])
 def test_the_hook_arms_on_the_flag_and_imports_nothing_else(tmp_path, flag, armed):
     """A fresh interpreter processes the hook's .pth (``site.addsitedir`` runs its line as
     ``site`` does at start-up): with the flag it waits for TGI's serving module and has
-    imported no framework; without it, the shim is not even imported."""
+    imported no framework; without it, the shim is not even imported. Whatever the flag,
+    a process that does not import TGI's server hears nothing from the hook."""
     assert tgi._main(["install-pth", "--site-dir", str(tmp_path)]) == 0
     code = (
         f"import site, sys; site.addsitedir({str(tmp_path)!r}); "
@@ -116,6 +117,41 @@ def test_the_hook_arms_on_the_flag_and_imports_nothing_else(tmp_path, flag, arme
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [str(armed), "[]"]
+    assert out.stderr == ""
+
+
+@pytest.mark.parametrize(
+    "flag, line",
+    [
+        ("0", "detok-plugin: off (DETOK_PLUGIN=0); TGI keeps its stock text"),
+        ("maybe", "detok-plugin: off (DETOK_PLUGIN='maybe' is not one of 1/0/true/false/yes/no/on/off; ignored); "
+         "TGI keeps its stock text"),
+        ("1", "detok-plugin: NOT switched on (DETOK_PLUGIN=1): ImportError: detok_plugin.integrations.tgi: "
+         "text-generation-server is not installed"),
+    ],
+)
+def test_the_hook_says_one_line_when_tgis_server_module_is_imported(tmp_path, flag, line):
+    """What the switch did, said once, at the import of TGI's serving module (here a
+    stand-in module of that name, as TGI is not installed: with the flag on, install() then
+    finds no TGI and says why it stays stock)."""
+    if _has_tgi():
+        pytest.skip("TGI is installed here: tests/integrations/tgi/test_tgi_server.py runs its real server")
+    (tmp_path / "site").mkdir()
+    assert tgi._main(["install-pth", "--site-dir", str(tmp_path / "site")]) == 0
+    server = tmp_path / "stand_in" / "text_generation_server"
+    server.mkdir(parents=True)
+    (server / "__init__.py").write_text("")
+    (server / "server.py").write_text("")
+    code = (
+        f"import site, sys; site.addsitedir({str(tmp_path / 'site')!r}); "
+        "import text_generation_server.server; import text_generation_server.server"
+    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{ROOT}:{tmp_path / 'stand_in'}", "DETOK_PLUGIN": flag}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    said = [x for x in out.stderr.splitlines() if "detok-plugin" in x]
+    assert len(said) == 1 and said[0].startswith(line), out.stderr
+    assert "UserWarning" not in out.stderr
 
 
 def test_uninstall_disarms_the_hook(monkeypatch):

@@ -698,17 +698,27 @@ def flag_python(tmp_path_factory):
     return python
 
 
+_NAMES = "TextStreamer, TextIteratorStreamer, AsyncTextIteratorStreamer, TextDiffusionStreamer"
+
+
 @pytest.mark.parametrize(
-    "flag, module, name",
+    "flag, module, name, line",
     [
-        ("1", "detok_plugin.integrations.transformers", "DetokIteratorStreamer"),
-        ("0", "transformers.generation.streamers", "TextIteratorStreamer"),
-        (None, "transformers.generation.streamers", "TextIteratorStreamer"),
+        ("1", "detok_plugin.integrations.transformers", "DetokIteratorStreamer",
+         f"detok-plugin: on (DETOK_PLUGIN=1): transformers' {_NAMES} build detok-plugin's drop-ins"),
+        ("0", "transformers.generation.streamers", "TextIteratorStreamer",
+         "detok-plugin: off (DETOK_PLUGIN=0); transformers' streamers stay stock"),
+        ("maybe", "transformers.generation.streamers", "TextIteratorStreamer",
+         "detok-plugin: off (DETOK_PLUGIN='maybe' is not one of 1/0/true/false/yes/no/on/off; ignored); "
+         "transformers' streamers stay stock"),
+        (None, "transformers.generation.streamers", "TextIteratorStreamer", None),
     ],
-    ids=["on", "off", "unset"],
+    ids=["on", "off", "mistaken", "unset"],
 )
-def test_flag_switches_an_unedited_app(flag_python, flag, module, name):
-    env = {k: v for k, v in os.environ.items() if k != shim.ENV_FLAG}
+def test_flag_switches_an_unedited_app_and_says_so_in_one_line(flag_python, flag, module, name, line):
+    """The switch's one line, on stderr (the app configured no logging), when the app
+    imports transformers' streamers; a clean line, not a ``<string>:1: UserWarning``."""
+    env = {k: v for k, v in os.environ.items() if k not in (shim.ENV_FLAG, "PYTHONWARNINGS")}
     if flag is not None:
         env[shim.ENV_FLAG] = flag
     app = _APP.format(tests=str(ROOT / "tests" / "support"))
@@ -719,6 +729,37 @@ def test_flag_switches_an_unedited_app(flag_python, flag, module, name):
     if flag == "1":
         # The emoji leaves at its third token (repr: Python 3.11 escapes the Unicode 15 🫨).
         assert ast.literal_eval(items) == ["", "", "🫨", ""]
+    said = [x for x in out.stderr.splitlines() if "detok-plugin" in x]
+    assert said == ([line] if line else []), out.stderr
+    assert "UserWarning" not in out.stderr
+
+
+@pytest.mark.parametrize("flag", ["1", "0", "maybe"])
+def test_a_process_that_never_imports_the_streamers_hears_nothing(flag_python, flag):
+    """The hook says its line only where transformers' streamers are imported: not in a
+    process of another stack (vLLM's import transformers, never its streamers), nor here."""
+    env = {k: v for k, v in os.environ.items() if k not in (shim.ENV_FLAG, "PYTHONWARNINGS")}
+    env[shim.ENV_FLAG] = flag
+    code = "import transformers, transformers.generation.utils, sys; print('transformers.generation.streamers' in sys.modules)"
+    out = subprocess.run([str(flag_python), "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+    assert "detok-plugin" not in out.stderr and "UserWarning" not in out.stderr, out.stderr
+
+
+def test_with_the_apps_logging_the_line_goes_there(flag_python):
+    """An application that set up logging gets the line through it (as
+    ``detok_plugin.integrations.transformers``), not on stderr beside it."""
+    env = {k: v for k, v in os.environ.items() if k not in (shim.ENV_FLAG, "PYTHONWARNINGS")}
+    env[shim.ENV_FLAG] = "1"
+    code = (
+        "import logging, sys; logging.basicConfig(stream=sys.stdout, level=logging.INFO, format='APP %(name)s %(message)s'); "
+        "import transformers.generation.streamers"
+    )
+    out = subprocess.run([str(flag_python), "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "detok-plugin" not in out.stderr
+    assert out.stdout.startswith("APP detok_plugin.integrations.transformers detok-plugin: on (DETOK_PLUGIN=1)")
 
 
 def test_shim_without_transformers_imports_and_names_the_extra():

@@ -301,12 +301,18 @@ def test_settings_read_the_flag_in_one_place():
     assert not odd.enabled and "DETOK_PLUGIN='maybe'" in odd.source
 
 
-def test_an_odd_flag_value_warns_and_keeps_stock(monkeypatch, caplog):
+def test_an_odd_flag_value_warns_once_and_keeps_stock(monkeypatch, caplog):
     monkeypatch.setenv("DETOK_PLUGIN", "maybe")
-    with caplog.at_level(logging.WARNING, logger="vllm.detok_plugin"):
+    monkeypatch.setattr(vllm_plugin, "_Startup", vllm_plugin._StartupState())  # a fresh process
+    with caplog.at_level(logging.DEBUG, logger="vllm.detok_plugin"):
         assert not shim.register()
+        assert not shim.register()  # vLLM may call it again in the same process
     assert not shim.is_registered()
-    assert "DETOK_PLUGIN='maybe'" in caplog.text
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned == [
+        "detok-plugin: off (DETOK_PLUGIN='maybe' is not one of 1/0/true/false/yes/no/on/off; ignored); "
+        "vLLM keeps its stock detokenizer"
+    ]
 
 
 def test_entry_point_is_declared():
@@ -450,9 +456,17 @@ def test_the_on_line_waits_for_vllms_logging_and_goes_out_once_through_it(monkey
         assert len(lines) == 1 and "INFO" in lines[0] and f"vLLM {vllm_framework.vllm_version()}" in lines[0]
         assert vllm_logger.configure_logging is configure  # vLLM's own function is back
         shim.unregister()
+        # Off says so too, in one INFO line through vLLM's logging, once per process.
         vllm_root.handlers = []
         monkeypatch.setenv("DETOK_PLUGIN", "0")
-        assert not shim.register()  # off: vLLM's logging is not touched
+        out = io.StringIO()
+        assert not shim.register() and not shim.register()
+        with contextlib.redirect_stdout(out):
+            vllm_logger.configure_logging(LoggingConfig())
+            logging.getLogger("vllm").handlers[0].flush()
+        lines = [line for line in out.getvalue().splitlines() if "detok-plugin" in line]
+        assert len(lines) == 1 and "INFO" in lines[0], lines
+        assert lines[0].endswith("detok-plugin: off (DETOK_PLUGIN=0); vLLM keeps its stock detokenizer")
         assert vllm_logger.configure_logging is configure
     finally:
         vllm_root.handlers, vllm_root.propagate = saved[0], saved[1]
