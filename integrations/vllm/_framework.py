@@ -41,7 +41,7 @@ __all__ = [
 #: vLLM releases whose contract this shim was tested against.
 VERIFIED_VLLM_VERSIONS = frozenset({"0.32.0", "0.33.0"})
 
-_INSTALL_HINT = "pip install detok-plugin[vllm]"
+_INSTALL_HINT = "install vLLM 0.32 or 0.33 into this environment (detok-plugin never installs it)"
 
 
 @functools.cache  # an ImportError is not cached: the next call tries again

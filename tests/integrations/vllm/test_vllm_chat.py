@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm.parser.abstract_parser", reason="vLLM 0.32+ is not installed: pip install detok-plugin[vllm]")
+pytest.importorskip("vllm.parser.abstract_parser", reason="vLLM 0.32+ is not installed")
 
 import tokenizer_zoo  # noqa: E402
 from detok_plugin.integrations import vllm as shim  # noqa: E402

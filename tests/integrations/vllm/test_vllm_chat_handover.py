@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm.parser.abstract_parser", reason="vLLM 0.32+ is not installed: pip install detok-plugin[vllm]")
+pytest.importorskip("vllm.parser.abstract_parser", reason="vLLM 0.32+ is not installed")
 
 from detok_plugin.integrations.vllm import chat as vllm_chat  # noqa: E402
 from detok_plugin.integrations.vllm import chat_registry  # noqa: E402

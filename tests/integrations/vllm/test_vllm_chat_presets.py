@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-pytest.importorskip("vllm.parser.abstract_parser", reason="vLLM 0.32+ is not installed: pip install detok-plugin[vllm]")
+pytest.importorskip("vllm.parser.abstract_parser", reason="vLLM 0.32+ is not installed")
 
 from test_vllm_chat import TOOLS as TOOLS_FOR_HARMONY  # noqa: E402
 from test_vllm_chat import Chat, Family, byte_ids, chat, enc, tokenizer  # noqa: E402

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm.v1.engine.output_processor", reason="vLLM is not installed: pip install detok-plugin[vllm]")
+pytest.importorskip("vllm.v1.engine.output_processor", reason="vLLM is not installed")
 
 from test_vllm_integration import (  # noqa: E402
     CUMULATIVE,

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm.v1.engine.output_processor", reason="vLLM is not installed: pip install detok-plugin[vllm]")
+pytest.importorskip("vllm.v1.engine.output_processor", reason="vLLM is not installed")
 
 import tokenizer_zoo  # noqa: E402
 from detok_plugin.integrations import vllm as shim  # noqa: E402
