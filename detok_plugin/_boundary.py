@@ -194,11 +194,15 @@ class Boundary:
             index, end = hit
             pattern = self._cfg.patterns[self._mode][index]
             if pattern.kind == "stop" and (len(self.token_ids) <= self._min_tokens or end <= early):
-                # Too early to stop: keep scanning from here as if nothing matched.
-                self._emit(self._advance(node, text[:end]), out)
-                early -= end
-                text = text[end:]
-                continue
+                # Too early to stop: a tag ending here too acts (the automaton reports the
+                # stop, listed first); else keep scanning from here as if nothing matched.
+                tag = _tag_ending(self._cfg.patterns[self._mode], self._pending + text[:end])
+                if tag is None:
+                    self._emit(self._advance(node, text[:end]), out)
+                    early -= end
+                    text = text[end:]
+                    continue
+                pattern = tag
             before = self._pending + text[:end]
             self._pending = ""
             self._ac_state = 0
@@ -318,3 +322,8 @@ class Boundary:
             self._held_scan = HeldScan(ac, node, mark, at, base + len(added))
         return hit
 
+
+def _tag_ending(patterns: tuple[Pattern, ...], text: str) -> Pattern | None:
+    """The first tag among ``patterns`` that ``text`` ends with (a tag is held until it
+    completes, so all of it is there), or None."""
+    return next((p for p in patterns if p.kind != "stop" and text.endswith(p.text)), None)

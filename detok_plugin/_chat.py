@@ -10,7 +10,8 @@ streams. It imports no framework: a server wraps the fields in its own message t
 Tool calls are the dicts OpenAI's ``tool_calls`` delta items are, with the fields vLLM's own
 parsers set (``hermes``): a call's first delta sets ``id``, ``type``, ``index`` and the
 function's ``name``; a later one ``index`` and the function's ``arguments``. A malformed
-body is sent as content (its raw text, tags included), never dropped.
+body is sent as content (its raw text, tags included, before the content that followed its
+close tag), never dropped.
 
 The common id costs a lookup, not a call into the core: while the stream is at rest in a
 mode, an id whose text holds no first character of that mode's tags or stops is what the
@@ -180,12 +181,13 @@ class ChatStream:
         (or nothing, as for most pieces of a split character) is one field."""
         if self.state.finished:
             return None
+        in_body = self.state._mode == TOOL
         delta = self._push(ids)
         if not (delta.reasoning or delta.tool_calls):
             self._caught_up()
             return {"content": delta.text} if delta.text else None
         parts = ChatParts()
-        self._take(delta, parts, at_end=False)
+        self._take(delta, parts, at_end=False, text_last=in_body)
         self._caught_up()
         return parts.fields(self.include_reasoning)
 
@@ -208,8 +210,11 @@ class ChatStream:
         parts = ChatParts()
         if finished and ids and not self.include_stop and ids[-1] in self._end_ids():
             ids = ids[:-1]  # the stop token or EOS that ended it: no text, as the detokenizer
-        if ids and not self.state.finished:
-            self._take(self._push(ids), parts, at_end=False)
+        for tid in ids:  # one by one: the content after a body's close stays after its raw text
+            if self.state.finished:
+                break
+            in_body = self.state._mode == TOOL
+            self._take(self._push((tid,)), parts, at_end=False, text_last=in_body)
         if finished and not self.state.finished:
             self._take(self.state.finish(), parts, at_end=True)
         self._caught_up()
@@ -252,10 +257,13 @@ class ChatStream:
             calls.extend(d.tool_calls)
         return _Merged("".join(text), "".join(reasoning), tuple(calls))
 
-    def _take(self, delta: Any, parts: ChatParts, *, at_end: bool) -> None:
+    def _take(self, delta: Any, parts: ChatParts, *, at_end: bool, text_last: bool = False) -> None:
+        """One id's (or the finish's) delta into ``parts``. ``text_last``: the id came while
+        a tool body was open, so its content followed the body's close tag and goes after
+        a malformed body's raw text (one delta does not say where its text stood)."""
         if delta.reasoning:
             parts.reasoning.append(delta.reasoning)
-        if delta.text:
+        if delta.text and not text_last:
             parts.content.append(delta.text)
         closed = False
         for call in delta.tool_calls:
@@ -268,6 +276,8 @@ class ChatStream:
                 self._body_text(call.index, call.text, parts)
         if closed:
             self.body_open = False
+        if delta.text and text_last:
+            parts.content.append(delta.text)
 
     def _body_text(self, index: int, text: str, parts: ChatParts) -> None:
         if not self.body_open:

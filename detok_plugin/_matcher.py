@@ -66,8 +66,8 @@ class Matcher:
     # The match reported when the automaton enters a node: of the patterns ending there,
     # the first in list order (as vLLM's check_stop_strings ranks stops), or -1.
     match: tuple[int, ...]
-    # Characters to hold at a node: the longest suffix of the scanned text that is a prefix
-    # of a *holding* pattern. A stop kept in the output (include_stop_str_in_output) does
+    # Characters to hold at a node: the longest suffix of the scanned text that is a proper
+    # prefix of a *holding* pattern. A stop kept in the output (include_stop_str_in_output) does
     # not hold: its characters leave whether or not it completes.
     hold: tuple[int, ...]
     # One memo per node for streams that scan token texts (DetokenizerState.push_text):
@@ -167,9 +167,15 @@ class _Trie:
         fail = [0] * len(goto)
         match = self.own[:]
         hold = [0] * len(goto)
+        # A node's text is held whole only while it is a *proper* prefix of a holding
+        # pattern: where a pattern ends and none goes on, the text is a complete match,
+        # and once a match there is passed over (a stop before min_tokens) nothing longer
+        # can grow from all of it, only from a suffix (the failure link's hold).
+        on = self.on_hold_path
+        grows = [any(on[c] for c in g.values()) for g in goto]
         order = list(goto[0].values())
         for child in order:
-            hold[child] = 1 if self.on_hold_path[child] else 0
+            hold[child] = 1 if grows[child] else 0
         head = 0
         while head < len(order):
             node = order[head]
@@ -183,6 +189,6 @@ class _Trie:
                 inherited = match[fail[child]]
                 if inherited != -1 and (match[child] == -1 or inherited < match[child]):
                     match[child] = inherited
-                hold[child] = self.depth[child] if self.on_hold_path[child] else hold[fail[child]]
+                hold[child] = self.depth[child] if grows[child] else hold[fail[child]]
                 order.append(child)
         return fail, match, hold

@@ -1,0 +1,92 @@
+"""What the differential fuzz (``benchmarks/fuzz.py``) found in the core, one golden each,
+named after what it pins. Each failed before its fix; the fuzz's seed that found it is named."""
+
+from __future__ import annotations
+
+import pytest
+
+from detok_plugin import DetokenizerState, ServingStream, TokenTable
+
+
+def _table(*pieces: str) -> TokenTable:
+    return TokenTable("byte_level", tuple(p.encode() for p in pieces), frozenset(), eos_token_ids=())
+
+
+@pytest.mark.parametrize("cls", [DetokenizerState, ServingStream])
+def test_a_stop_completed_by_min_tokens_holds_nothing_after_it(cls):
+    """A stop that completes by token ``min_tokens`` never counts (vLLM's rule), so its
+    characters are no partial match: they leave with the token that completes them. The
+    stream held the whole stop until the next token (fuzz seeds 60, 68, 76, 80: ``"llo"``
+    in ``" hello"`` at token 1 with ``min_tokens=1`` left as ``" he"``)."""
+    t = _table(" hello", "s", " hi", "llo")
+    s = cls.from_tokenizer(t, stop=["llo"], min_tokens=1, eos_token_ids=())
+    assert [s.push_text(i) for i in (0, 1, 2)] == [" hello", "s", " hi"]
+    assert s.finish_reason is None
+    assert s.push_text(3) == "" and (s.finish_reason, s.stop_reason) == ("stop", "llo")
+
+
+@pytest.mark.parametrize("cls", [DetokenizerState, ServingStream])
+def test_a_stop_completed_by_min_tokens_still_holds_what_a_longer_stop_may_become(cls):
+    """The same early stop, when it is the start of a longer one: that may still complete
+    after ``min_tokens``, so its characters are a genuine partial match and stay held."""
+    t = _table(" hello", "s", " hi")
+    s = cls.from_tokenizer(t, stop=["llo", "llos!"], min_tokens=1, eos_token_ids=())
+    assert [s.push_text(i) for i in (0, 1, 2)] == [" he", "", "llos hi"]
+    s = cls.from_tokenizer(t, stop=["llo", "los"], min_tokens=1, eos_token_ids=())
+    assert s.push_text(0) == " hel"  # "lo" may become "los": held
+    assert s.push_text(1) == "" and (s.finish_reason, s.stop_reason) == ("stop", "los")
+
+
+@pytest.mark.parametrize("min_tokens", [2, 5])
+def test_a_tag_ending_where_a_stop_too_early_to_count_ends_still_switches_the_channel(min_tokens):
+    """A stop and a tag that end at the same character: the stop, listed first, wins when it
+    counts; when it is too early to count (``min_tokens``) the tag must still act. The
+    stream passed over both: ``<think>`` stayed in the content, the reasoning with it, and
+    a later ``</think>`` stopped the stream with ``think>`` (fuzz seeds 109 and 513, chat
+    layer, stop ``think>``)."""
+    t = _table("<think>", "why", "</think>", "ok", " more")
+    s = DetokenizerState.from_tokenizer(t, tags="qwen3", stop=["think>"], min_tokens=min_tokens, eos_token_ids=())
+    deltas = [s.push(i) for i in range(5)] + [s.finish()]
+    assert ("".join(d.text for d in deltas), "".join(d.reasoning for d in deltas)) == ("ok more", "why")
+    assert s.finish_reason is None
+    # Counting (min_tokens 0), the stop wins the tie at the first tag.
+    s = DetokenizerState.from_tokenizer(t, tags="qwen3", stop=["think>"], eos_token_ids=())
+    d = s.push(0)
+    assert (d.text, d.reasoning, s.stop_reason) == ("<", "", "think>")
+
+
+@pytest.mark.parametrize("steps", [[[0, 1, 2, 3, 4]], [[0], [1], [2], [5]], [[0, 1], [2, 5]]], ids=["one-step", "close-and-text-in-one-id", "two-steps"])
+def test_a_malformed_tool_call_is_sent_as_content_where_it_stood(steps):
+    """A malformed body goes out as content, its raw text (tags included) where the body
+    stood: before the content that followed its close tag. The chat layer put that content
+    first when it came in the same step as the close (fuzz seed 191: ``" ."`` and then
+    ``"<tool_call>{...</tool_call>"`` for ``" <tool_call>{...</tool_call>."``)."""
+    from detok_plugin import ChatStream, TagSet
+
+    t = _table("A", "<tool_call>", "{bad", "</tool_call>", ".", "</tool_call>.")
+    chat = ChatStream(t, TagSet.preset("hermes"), new_call_id=lambda name, fmt: "call_0")
+    content = "".join(
+        (chat.message(ids, finished=n == len(steps) - 1) or {}).get("content", "") for n, ids in enumerate(steps)
+    )
+    assert content == "A<tool_call>{bad</tool_call>."
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: GLM-4.5's parse drops a value whose </arg_value> never comes, while its streaming "
+    "reader has sent that value as it formed (the reader's rule 'what was sent is a prefix of the "
+    "parse' breaks); fixing it means choosing the parse's meaning for such a body (keep the value to "
+    "the body's end, as Qwen3-Coder's parse does, trailing whitespace included, or hold string values "
+    "to their close), which vLLM's own glm45 parser is compared with",
+)
+def test_a_glm45_value_whose_close_tag_never_comes_streams_nothing_the_parse_drops():
+    """Fuzz seeds 38412, 40892, 90132 (chat layer, ``skip_special_tokens=False``): an EOS
+    token's text inside ``</arg_value>`` left the value unterminated; the chat layer had sent
+    ``{"path": "src/a.py</arg_<|im_end|>value>\\n`` and the parse said ``{}``."""
+    from detok_plugin import parse_tool_body
+    from detok_plugin.families import tool_format
+
+    body = "write_file\n<arg_key>path</arg_key>\n<arg_value>src/a.py</arg_<|im_end|>value>\n"
+    sent = "".join(args for _, _, args in tool_format("glm45").reader(None).feed(body))
+    [(name, arguments)] = parse_tool_body(body.strip(), "glm45")
+    assert name == "write_file" and arguments.startswith(sent)
