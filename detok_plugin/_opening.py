@@ -115,8 +115,8 @@ def checked_ids(
 def checked_push(ids: Any, first_position: int, vocab: Sequence[Any] | None, size: int, request_id: str | None) -> list[int]:
     """The ids of one push (an id, or a sequence of them), validated before any is applied:
     a bad id anywhere raises, naming it and its position."""
-    if type(ids) is int:
-        batch: Sequence[Any] = (ids,)
+    if type(ids) is int or (hasattr(ids, "__index__") and not isinstance(ids, bool)):
+        batch: Sequence[Any] = (ids,)  # one id: an int, or an integer scalar (numpy, torch)
     elif isinstance(ids, (str, bytes, bool)) or not hasattr(ids, "__iter__"):
         raise TokenTypeError(ids, first_position, request_id)
     else:

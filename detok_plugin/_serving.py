@@ -44,7 +44,8 @@ from typing import Any
 
 from ._decoders import StreamDecoder
 from ._delta import Delta, FinishReason
-from ._errors import TokenIdError
+from ._errors import TokenIdError, TokenTypeError
+from ._opening import as_id
 from ._state import DetokenizerState
 from ._tables import build_table, learn_rest_text
 
@@ -220,10 +221,15 @@ class ServingStream:
             delta = self._state.push(ids)
             self._caught_up()
             return delta
-        if isinstance(ids, int):
-            return _one(self, ids)
+        if isinstance(ids, int) or hasattr(ids, "__index__"):
+            return _one(self, ids)  # type: ignore[arg-type]
+        # Types first: a value that is no id refuses the whole push, as without the callback.
+        at = len(self.token_ids)
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise TokenTypeError(ids, at, self.request_id)
+        batch = [as_id(v, at + k, self.request_id) for k, v in enumerate(ids)]
         parts, consumed = [], 0
-        for token_id in ids:
+        for token_id in batch:
             parts.append(self.push_text(token_id))
             consumed += 1
             if self.finish_reason is not None:
