@@ -69,7 +69,7 @@ class Summary(NamedTuple):
                 f"--layers {','.join(layers)} --tokenizers {','.join(tokenizers)}"
             )
         if len(self.failures) > 50:
-            out.append(f"  ... and {len(self.failures) - 50} more failures")
+            out.append(f"  {len(self.failures) - 50} more failures, seeds " + " ".join(str(f.seed) for f in self.failures[50:]))
         return out
 
 
