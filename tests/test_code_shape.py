@@ -32,7 +32,7 @@ def _name(path: Path) -> str:
     parts[-1] = parts[-1].removesuffix(".py")
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(".".join(parts).split("."))
+    return ".".join(parts)
 
 
 def test_ruff_passes_on_the_repository() -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -76,16 +77,10 @@ class Settings:
             # stop vLLM at start-up, since load_general_plugins does not catch.
             return cls(switch.on, switch.source, switch.problem)
         # vLLM splits VLLM_PLUGINS on "," and compares names exactly (vllm/envs.py).
-        allowed = (environ if environ is not None else _environ()).get("VLLM_PLUGINS")
+        allowed = (os.environ if environ is None else environ).get("VLLM_PLUGINS")
         if allowed is not None and PLUGIN_NAME in allowed.split(","):
             return cls(True, f"VLLM_PLUGINS names {PLUGIN_NAME}")
         return cls(False, "neither DETOK_PLUGIN=1 nor VLLM_PLUGINS naming detok_plugin is set")
-
-
-def _environ() -> Mapping[str, str]:
-    import os
-
-    return os.environ
 
 
 def _factory() -> tuple[type, Any]:
