@@ -18,8 +18,10 @@ Rules, so that what was sent is always a prefix of the parse at the close
 1. A value streams as it forms only if the request's schema makes it a string (the
    property's types are exactly ``string``, or the schema does not name it, or the request
    has no schema for the function); any other value is typed and sent whole at its close.
-2. Text that may still become a closing tag, and a newline that may be the last one of a
-   Qwen3 value (which the parse trims), are held until the next piece decides.
+2. Text that may still become a closing tag, and a string value's trailing blanks, are
+   held until the next piece decides: the blanks may be the last of a Qwen3 value (whose
+   last newline the parse trims) or of a body that ends inside its value (the parse keeps
+   such a value to the body's end, and the body is stripped at its close).
 3. A layout this reader does not follow (a key given twice, a JSON body) stops the
    streaming; the caller sends the rest from the parse at the close.
 
@@ -34,8 +36,9 @@ Cost: ``feed(text)`` is O(len(text)) amortized plus the events it returns, howev
 body, a value, or the text before a call or between parameters. A search that finds no tag
 resumes next time at the first place whose text may still grow into one (``_find``), not at
 the step's start; the reader keeps only the text still needed (``_trim``: a string value's
-unsent end and its last ``_HOLD_LT`` characters; a typed value, or GLM's name, in pieces
-joined at its close); a call's arguments are kept in pieces, joined when ``args`` is read.
+unsent end and its last ``_HOLD_LT`` characters; a typed value, GLM's name, or a string
+value's held blanks, in pieces joined at their end; each blank is looked at once, ``_Value.seen``);
+a call's arguments are kept in pieces, joined when ``args`` is read.
 A tag still open at the end of a piece (``<function=`` and a name with no ``>`` yet) is
 searched again from its ``<``: that costs its own length per feed, as long as it stays open.
 """
@@ -171,12 +174,15 @@ class XmlBodyReader:
         A typed value and a name-first head are read whole at their end: their text goes to _kept."""
         value, cut = self._value, self._scanned
         streaming = value if value is not None and value.types is None else None
-        if streaming is not None:
-            cut = min(cut, streaming.sent, len(self._buf) - _HOLD_LT)
+        if streaming is not None:  # its held blanks (sent to seen) go to its own pieces
+            cut = min(cut, max(streaming.sent, streaming.seen), len(self._buf) - _HOLD_LT)
         if cut < _TRIM_AT:
             return  # not yet worth a copy
         if (value is not None and streaming is None) or (self.dialect.name_first and not self.calls):
             self._kept.append(self._buf[self._pos : cut])
+        if streaming is not None and cut > streaming.sent:
+            streaming.blanks.append(self._buf[streaming.sent : cut])
+            streaming.sent = cut
         self._buf = self._buf[cut:]
         # Past the step's start, _pos is 0: _safe_end's window (the last _HOLD_LT characters,
         # which a cut always leaves) then starts inside _buf, as it did in the whole text.
@@ -184,6 +190,7 @@ class XmlBodyReader:
         self._scanned -= cut
         if streaming is not None:
             streaming.sent -= cut
+            streaming.seen = max(streaming.seen - cut, 0)
 
     # --- a call's name ----------------------------------------------------------------
 
@@ -259,10 +266,10 @@ class XmlBodyReader:
         [end] = self.find(self.dialect.value_end)
         if end is None:
             if value.types is None:
-                self._stream(value, buf[value.sent : _safe_end(buf, pos)], events)
+                self._stream(value, _safe_end(buf, pos), events)
             return False
         if value.types is None:
-            rest = buf[value.sent : end.start()]
+            rest = value.held() + buf[value.sent : end.start()]
             if self.dialect.newline_markup and rest.endswith("\n"):
                 rest = rest[:-1]  # the parse trims the last newline
             self._send(json.dumps(rest, ensure_ascii=False)[1:-1] + '"', events)
@@ -274,13 +281,17 @@ class XmlBodyReader:
         self._move(end.end())
         return True
 
-    def _stream(self, value: _Value, piece: str, events: list[Event]) -> None:
-        """Send the part of an open string value that the parse will keep."""
-        if self.dialect.newline_markup and piece.endswith("\n"):
-            piece = piece[:-1]  # may be the value's last newline, which the parse trims
-        if piece:
+    def _stream(self, value: _Value, end: int, events: list[Event]) -> None:
+        """Send an open string value's text to ``end`` that the parse will keep: all but its
+        trailing blanks (which may be the last newline of a Qwen3 value, or the end of a body
+        whose close strips them). Only the text not looked at before is scanned for blanks."""
+        start = max(value.sent, value.seen)
+        kept = len(self._buf[start:end].rstrip())
+        value.seen = max(end, start)
+        if kept:
+            piece = value.held() + self._buf[value.sent : start + kept]
             self._send(json.dumps(piece, ensure_ascii=False)[1:-1], events)
-            value.sent += len(piece)
+            value.sent = start + kept
 
     def _send(self, piece: str, events: list[Event]) -> None:
         if piece:
@@ -290,13 +301,23 @@ class XmlBodyReader:
 
 class _Value:
     """A parameter value being read: its schema types (None: a string, streamed), where
-    its unsent text starts in the buffer, and whether its first character is still to
-    come (a value whose newlines are markup drops a leading one)."""
+    its unsent text starts in the buffer, whether its first character is still to come (a
+    value whose newlines are markup drops a leading one), and for a string its held blanks:
+    those trimmed from the buffer (``blanks``, before ``sent``) and where the text not yet
+    looked at starts (``seen``; from ``sent`` to there, all blank)."""
 
-    __slots__ = ("types", "sent", "fresh")
+    __slots__ = ("types", "sent", "fresh", "seen", "blanks")
 
     def __init__(self, types: set[str] | None, sent: int, *, fresh: bool) -> None:
         self.types, self.sent, self.fresh = types, sent, fresh
+        self.seen = sent
+        self.blanks: list[str] = []
+
+    def held(self) -> str:
+        """The held blanks trimmed from the buffer, taken: they go out with what follows them."""
+        text = "".join(self.blanks)
+        self.blanks = []
+        return text
 
 
 def _safe_end(buf: str, start: int) -> int:

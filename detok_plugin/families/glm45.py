@@ -8,7 +8,11 @@
     </tool_call>
 
 A key is stripped; a value is kept as written, text until the request's schemas type it
-(``_xml_values``).
+(``_xml_values``). A value whose ``</arg_value>`` never comes runs to the body's end (as
+Qwen3-Coder's last parameter does): the streaming reader has sent it as it formed.
+
+>>> parse("f\\n<arg_key>path</arg_key>\\n<arg_value>src/a.py</arg_")
+[('f', '{"path": "src/a.py</arg_"}')]
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from ._xml_values import properties_of, typed_json
 
 __all__ = ["FAMILY"]
 
-_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.DOTALL)
+_ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)(?:</arg_value>|\Z)", re.DOTALL)
 
 
 def parse(body: str, tools: Tools = None) -> list[tuple[str, str]]:

@@ -71,18 +71,12 @@ def test_a_malformed_tool_call_is_sent_as_content_where_it_stood(steps):
     assert content == "A<tool_call>{bad</tool_call>."
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: GLM-4.5's parse drops a value whose </arg_value> never comes, while its streaming "
-    "reader has sent that value as it formed (the reader's rule 'what was sent is a prefix of the "
-    "parse' breaks); fixing it means choosing the parse's meaning for such a body (keep the value to "
-    "the body's end, as Qwen3-Coder's parse does, trailing whitespace included, or hold string values "
-    "to their close), which vLLM's own glm45 parser is compared with",
-)
 def test_a_glm45_value_whose_close_tag_never_comes_streams_nothing_the_parse_drops():
     """Fuzz seeds 38412, 40892, 90132 (chat layer, ``skip_special_tokens=False``): an EOS
     token's text inside ``</arg_value>`` left the value unterminated; the chat layer had sent
-    ``{"path": "src/a.py</arg_<|im_end|>value>\\n`` and the parse said ``{}``."""
+    ``{"path": "src/a.py</arg_<|im_end|>value>\\n`` and the parse said ``{}``. The parse now
+    keeps such a value to the body's end, and the reader holds a value's trailing blanks
+    (the body is stripped at its close), so what was sent is a prefix of the parse."""
     from detok_plugin import parse_tool_body
     from detok_plugin.families import tool_format
 
@@ -90,3 +84,6 @@ def test_a_glm45_value_whose_close_tag_never_comes_streams_nothing_the_parse_dro
     sent = "".join(args for _, _, args in tool_format("glm45").reader(None).feed(body))
     [(name, arguments)] = parse_tool_body(body.strip(), "glm45")
     assert name == "write_file" and arguments.startswith(sent)
+    assert arguments == '{"path": "src/a.py</arg_<|im_end|>value>"}'
+    reader = tool_format("glm45").reader(None)
+    assert "".join(args for ch in body for _, _, args in reader.feed(ch)) == sent  # one character per piece

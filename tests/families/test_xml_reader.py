@@ -55,6 +55,15 @@ BODIES = {
         "glm45",
         "write_file\n<arg_key>path</arg_key>\n<arg_value>a</arg_value>\n<arg_key>path</arg_key>\n<arg_value>b</arg_value>\n",
     ),
+    # A body that ends inside a value (an EOS token's text in </arg_value>, fuzz seed 38412):
+    # the parse keeps the value to the stripped body's end, so its trailing blanks are held.
+    "glm45_value_never_closed": (
+        "glm45",
+        "write_file\n<arg_key>count</arg_key>\n<arg_value>3</arg_value>\n"
+        "<arg_key>path</arg_key>\n<arg_value>src/a  b.py</arg_<|im_end|>value> \n\t\u3000\n",
+    ),
+    "glm45_typed_value_never_closed": ("glm45", "read_file\n<arg_key>count</arg_key>\n<arg_value>12 \n"),
+    "qwen3_value_never_closed": ("qwen3_xml", "<function=write_file>\n<parameter=content>\nline  \n\n  x \n\n "),
 }
 
 
@@ -135,6 +144,8 @@ LONG = {
     ),
     "glm45_string_value": ("glm45", f"write_file\n<arg_key>content</arg_key>\n<arg_value>{_long(N)}</arg_value>\n"),
     "glm45_typed_value": ("glm45", f"write_file\n<arg_key>options</arg_key>\n<arg_value>{JSON_VALUE}</arg_value>\n"),
+    "glm45_blank_run": ("glm45", "write_file\n<arg_key>content</arg_key>\n<arg_value>a" + " \n" * (N // 2) + "b</arg_value>\n"),
+    "qwen3_blank_run": ("qwen3_xml", f"<function=write_file>\n<parameter=content>\na{' ' * N}b\n</parameter>\n</function>"),
     "glm45_long_name": ("glm45", f"{'write_file ' * (N // 11)}\n<arg_key>path</arg_key>\n<arg_value>a</arg_value>\n"),
     "glm45_text_between_parameters": (
         "glm45",
