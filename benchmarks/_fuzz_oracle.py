@@ -22,6 +22,7 @@ EOS, ``max_tokens`` and channels:
 
 from __future__ import annotations
 
+import codecs
 import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -89,6 +90,36 @@ class Oracle:
             got = os.path.commonprefix([self.text(k), *(self.expected(head + p) for p in self.probes if p)])
             self._settled[k] = got
         return got
+
+
+def whole(o: Oracle, k: int, tok: Any) -> str:
+    """What a server shows for the first ``k`` ids when it ends there (``max_tokens``, a stop
+    token, EOS): ``text(k)`` less a last character no id completed, which the decode renders
+    as U+FFFD and a stock detokenizer never releases (the core's ``drop_incomplete``).
+
+    Byte-level: that character is the one trailing U+FFFD no continuation keeps (the text
+    settles without it). SentencePiece: a byte run ending inside a character renders whole
+    as U+FFFD; without the bytes of that last character (``<0xNN>`` ids, one byte each) the
+    run renders as its complete characters."""
+    text = o.text(k)
+    if not text.endswith("\ufffd"):
+        return text
+    run = []
+    j = k
+    while j > 0 and (piece := tok.convert_ids_to_tokens(o.out[j - 1])).startswith("<0x") and len(piece) == 6:
+        run.append(int(piece[3:5], 16))
+        j -= 1
+    if not run:  # byte-level (or no byte run): drop what does not settle
+        settled = o.settled(k)
+        return settled if text.startswith(settled) and not text[len(settled) :].strip("\ufffd") else text
+    data = bytes(reversed(run))
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    try:
+        decoder.decode(data, final=False)
+    except UnicodeDecodeError:
+        return text  # an invalid byte: the run is U+FFFD whatever follows
+    dangling = len(decoder.getstate()[0])
+    return o.text(k - dangling) if dangling else text
 
 
 # --- modes: where each part of a text goes ------------------------------------------------

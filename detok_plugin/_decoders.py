@@ -47,7 +47,10 @@ class StreamDecoder(ABC):
     def feed(self, ids: Sequence[int]) -> str: ...
 
     @abstractmethod
-    def flush(self) -> str: ...
+    def flush(self, drop_incomplete: bool = False) -> str:
+        """End the stream: what is held, rendered as the final decode renders it; with
+        ``drop_incomplete``, less a trailing character no token completed (a server's
+        stock view of a stream cut inside a character: nothing, where the decode has U+FFFD)."""
 
     @abstractmethod
     def peek_final(self) -> str: ...
@@ -152,10 +155,11 @@ class ByteLevelStream(StreamDecoder):
     def holds(self) -> bool:
         return bool(self._tail)
 
-    def flush(self) -> str:
+    def flush(self, drop_incomplete: bool = False) -> str:
         tail, self._tail = self._tail, b""
         self.idle = True
-        return tail.decode("utf-8", "replace")
+        # What is held is always an incomplete but possibly valid character (``_settle``).
+        return "" if drop_incomplete else tail.decode("utf-8", "replace")
 
     def peek_final(self) -> str:
         return self._tail.decode("utf-8", "replace")
@@ -303,7 +307,11 @@ class SentencePieceStream(StreamDecoder):
     def holds(self) -> bool:
         return self._run_len > 0 and not self._run_bad
 
-    def flush(self) -> str:
+    def flush(self, drop_incomplete: bool = False) -> str:
+        if drop_incomplete and self._tail and not self._run_bad:
+            # The run as if its last, incomplete character had never begun: its complete
+            # characters (the final decode renders the whole run as U+FFFD).
+            self._tail = b""
         return self._out(self._close_run())
 
     def peek_final(self) -> str:
@@ -426,10 +434,12 @@ class GenericStream(StreamDecoder):
                 out += self._settle(cut, head)
         return out
 
-    def flush(self) -> str:
+    def flush(self, drop_incomplete: bool = False) -> str:
         out = self.peek_final()
         self._emitted += len(out)
-        return out
+        # The decode is the tokenizer's own: a character no token completed shows only as
+        # trailing U+FFFD (what a server's stock detokenizer holds back for good).
+        return out.rstrip("\ufffd") if drop_incomplete else out
 
     def peek_final(self) -> str:
         window = self._decode(self._ids[self._prefix :])

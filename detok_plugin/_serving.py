@@ -236,10 +236,12 @@ class ServingStream:
                 break
         return Delta("".join(parts), finish_reason=self.finish_reason, stop_reason=self.stop_reason, consumed=consumed)
 
-    def finish(self) -> Delta:
+    def finish(self, drop_incomplete: bool = False) -> Delta:
         """End the stream: release everything held, rendered as the final decode renders
-        it (``""`` after a stop string, which cut what followed it)."""
-        delta = self._state.finish()
+        it (``""`` after a stop string, which cut what followed it). ``drop_incomplete``
+        leaves out a last character no token completed (the decode's U+FFFD), as a
+        server's stock detokenizer does (see DetokenizerState.finish)."""
+        delta = self._state.finish(drop_incomplete)
         self._caught_up()
         return delta
 

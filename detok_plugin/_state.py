@@ -299,8 +299,13 @@ class DetokenizerState(Router, Boundary):
             self._settled()
         return text
 
-    def finish(self) -> Delta:
-        """End the stream: release everything held, rendered as the final decode renders it."""
+    def finish(self, drop_incomplete: bool = False) -> Delta:
+        """End the stream: release everything held, rendered as the final decode renders it.
+
+        ``drop_incomplete``: leave out a last character no token completed, where the decode
+        renders U+FFFD (``max_tokens`` or an abort cut it): what a server's stock
+        detokenizer shows, since it never releases a trailing U+FFFD. The text is then the
+        decode of the output without those dangling bytes."""
         if self._ended:
             raise StreamFinishedError(len(self.token_ids), self.request_id, "finish() was called")
         self._ended = True
@@ -309,7 +314,7 @@ class DetokenizerState(Router, Boundary):
             return ENDED_EMPTY
         out = Out()
         if not self._done:  # a stop already closed the stream: nothing more to release
-            self._close(out)
+            self._close(out, drop_incomplete)
         return self._delta(out, 0)
 
     @property
@@ -408,10 +413,10 @@ class DetokenizerState(Router, Boundary):
             and not self._early
         )
 
-    def _close(self, out: Out) -> None:
+    def _close(self, out: Out, drop_incomplete: bool = False) -> None:
         """End the stream: flush the decoder and what is held, unless a stop string cut it
         (what followed the stop is dropped); report an open tool call unterminated."""
-        if not self._cut_by_stop() and (text := self._unskip(self._dec.flush())):
+        if not self._cut_by_stop() and (text := self._unskip(self._dec.flush(drop_incomplete))):
             self._take(text, out)  # may still complete a stop
         if not self._cut_by_stop():
             self._release_held(out)

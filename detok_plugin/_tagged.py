@@ -169,8 +169,8 @@ class TaggedServingStream:
             parts.append(self.push_text(token_id))
         return Step("".join(parts), self.finish_reason, self.stop_reason)
 
-    def finish(self) -> Step:
-        """End the stream: release what is held."""
-        text = "" if self._state.finished else self._state.finish().text
+    def finish(self, drop_incomplete: bool = False) -> Step:
+        """End the stream: release what is held (``drop_incomplete``: as ServingStream.finish)."""
+        text = "" if self._state.finished else self._state.finish(drop_incomplete).text
         self._rest = None
         return Step(text, self.finish_reason, self.stop_reason)

@@ -276,7 +276,9 @@ class VllmDetokenizer:
         if self._stream.finished:
             return
         try:
-            tail = self._stream.finish().text
+            # vLLM's own detokenizer never releases a trailing U+FFFD: a character that
+            # max_tokens or an abort cut shows as nothing there, and so here (docs/design.md).
+            tail = self._stream.finish(drop_incomplete=True).text
         except Exception as exc:
             fed = len(self._stream.token_ids)  # all but a stop token not fed to it
             self._hand_over(exc, fed, self.token_ids[fed:], self._stop_terminated)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -64,3 +65,67 @@ def settled(tok: Any, prompt: Sequence[int], out: Sequence[int], probes: list[li
     """The text no future token can change: the common prefix over the probe continuations."""
     texts = [expected(tok, prompt, list(out) + p, skip) for p in probes]
     return os.path.commonprefix(texts)
+
+
+def _gpt2_bytes() -> dict[str, int]:
+    """GPT-2's byte-to-character map, inverted (byte-level BPE pieces spell bytes with it)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = [b for b in range(256) if b not in keep]
+    return {**{chr(b): b for b in keep}, **{chr(256 + n): b for n, b in enumerate(extra)}}
+
+
+_GPT2 = _gpt2_bytes()
+
+
+def _piece_bytes(piece: str) -> bytes | None:
+    """A token's bytes: ``<0xNN>`` (SentencePiece byte fallback) or a byte-level piece."""
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        return bytes((int(piece[3:5], 16),))
+    if all(c in _GPT2 for c in piece):
+        return bytes(_GPT2[c] for c in piece)
+    return None
+
+
+def _dangling(data: bytes) -> int:
+    """How many bytes at the end of ``data`` begin a character no byte completed."""
+    for n in (1, 2, 3):
+        lead = data[-n] if len(data) >= n else None
+        if lead is None:
+            break
+        need = 2 if 0xC2 <= lead <= 0xDF else 3 if 0xE0 <= lead <= 0xEF else 4 if 0xF0 <= lead <= 0xF4 else 0
+        if need:
+            try:
+                codecs.getincrementaldecoder("utf-8")("strict").decode(data[-n:], final=False)
+            except UnicodeDecodeError:
+                return 0
+            return n if n < need else 0
+        if not 0x80 <= lead <= 0xBF:
+            return 0
+    return 0
+
+
+def shown_by_a_server(tok: Any, prompt: Sequence[int], out: Sequence[int], skip: bool = False) -> str:
+    """What a server shows for ``out`` when the engine ends it (``max_tokens``, a stop token,
+    EOS): invariant 1's text less a last character no id completed, which the decode renders
+    as U+FFFD and a stock detokenizer never releases (the core's ``drop_incomplete``).
+    A byte-level decode renders that character as one U+FFFD; a SentencePiece byte run that
+    ends inside a character renders whole as U+FFFD, so there it is the decode without the
+    character's byte ids (one byte each)."""
+    full = expected(tok, prompt, out, skip)
+    if not full.endswith("\ufffd"):
+        return full
+    special = set(tok.all_special_ids)
+    ids = [i for i in out if not (skip and i in special)]  # a skipped token is not there
+    tail = b""
+    for token_id in reversed(ids[-4:]):
+        piece = tok.convert_ids_to_tokens(token_id)
+        data = _piece_bytes(piece) if isinstance(piece, str) and token_id not in special else None
+        if data is None:
+            break
+        tail = data + tail
+    n = _dangling(tail)
+    if not n:
+        return full
+    if str(tok.convert_ids_to_tokens(ids[-1])).startswith("<0x"):  # SentencePiece: one byte an id
+        return expected(tok, prompt, ids[:-n], skip)
+    return full[:-1]

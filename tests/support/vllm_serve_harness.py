@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from helpers import shown_by_a_server
+
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_VENV = Path(os.environ.get("DETOK_VLLM_VENV", ROOT / ".venv-vllm"))
 MODEL = "smollm2"
@@ -150,14 +152,16 @@ def stream(server: Server, *, chat: bool, prompt: str | list[int], **params: Any
 
 
 def expected_text(tok: Any, prompt_ids: Sequence[int], out_ids: Sequence[int], stop_reason: Any) -> str:
-    """The oracle: the full decode's continuation, cut before the stop that ended it."""
+    """The oracle: the full decode's continuation, cut before the stop that ended it; a
+    request the engine ended (length, EOS) without its last, incomplete character, which
+    vLLM never shows (``helpers.shown_by_a_server``)."""
+    if not isinstance(stop_reason, str):
+        return shown_by_a_server(tok, prompt_ids, out_ids, skip=True)
     full = tok.decode(list(prompt_ids) + list(out_ids), skip_special_tokens=True)
     text = full[len(tok.decode(list(prompt_ids), skip_special_tokens=True)) :]
-    if isinstance(stop_reason, str):
-        cut = text.find(stop_reason)
-        assert cut >= 0, f"stop {stop_reason!r} not in the decode {text!r}"
-        text = text[:cut]
-    return text
+    cut = text.find(stop_reason)
+    assert cut >= 0, f"stop {stop_reason!r} not in the decode {text!r}"
+    return text[:cut]
 
 
 def late_characters(tok: Any, prompt_ids: Sequence[int], choice: Choice, stops: Sequence[str] = ()) -> int:

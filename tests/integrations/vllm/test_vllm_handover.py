@@ -49,13 +49,13 @@ def faults(mp: pytest.MonkeyPatch, method: str, at: dict[str, int], *, after: bo
     real = getattr(ServingStream, method)
     calls: dict[str, int] = {}
 
-    def faulty(stream: ServingStream, *args: Any) -> Any:
+    def faulty(stream: ServingStream, *args: Any, **kwargs: Any) -> Any:
         rid = stream.request_id
         calls[rid] = calls.get(rid, 0) + 1
         if at.get(rid) != calls[rid]:
-            return real(stream, *args)
+            return real(stream, *args, **kwargs)
         if after:
-            real(stream, *args)
+            real(stream, *args, **kwargs)
         raise Injected(f"fault in {method} of {rid}")
 
     mp.setattr(ServingStream, method, faulty)
