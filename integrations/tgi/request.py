@@ -33,6 +33,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import operator
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -145,14 +146,16 @@ class RequestText:
         return cls(stream, max_new_tokens, request_id)
 
     def __call__(self, last_token: Any, last_output: str = "") -> tuple[bool, int | None]:
-        """Take one id (an int, or anything ``int()`` takes: TGI's CausalLM hands a 0-d
-        tensor); ``(False, None)`` while the request goes on, else ``(True, finish code)``."""
+        """Take one id (an int, or an integer scalar: TGI's CausalLM hands a 0-d tensor);
+        ``(False, None)`` while the request goes on, else ``(True, finish code)``. Anything
+        else (a float, a bool, a string) is refused by the stream, never truncated:
+        :class:`~detok_plugin.TokenTypeError` naming it and its position, to :meth:`_failed`."""
         stream = self.stream
         if stream is None:
             return self._without_stream(last_token, last_output)
         self.current_tokens += 1
         try:
-            text = stream.push_text(last_token if last_token.__class__ is int else int(last_token))
+            text = stream.push_text(last_token if last_token.__class__ is int else _integer(last_token))
             if stream.finish_reason is None and self.current_tokens < self.max_new_tokens:
                 self.texts.append(text)
                 return (False, None)
@@ -294,6 +297,18 @@ def special_stop_ids(tokenizer: Any, stops: Sequence[str]) -> tuple[int, ...]:
             if tid in special:
                 ids.append(tid)
     return tuple(ids)
+
+
+def _integer(value: Any) -> Any:
+    """An integer scalar (a 0-d tensor, a numpy integer) as its int, for the stream's
+    shortcut; anything else as it is, for the stream to refuse with its typed error.
+    Not ``int()``: it truncates ``1.5`` to 1 and reads ``True`` as 1 and ``"7"`` as 7."""
+    if isinstance(value, bool):
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        return value
 
 
 def _log_unknown_id(exc: TokenIdError) -> None:

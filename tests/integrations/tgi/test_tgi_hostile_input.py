@@ -77,19 +77,18 @@ def test_an_integer_tensor_is_an_id(qwen3):
     assert _run(req, [torch.tensor(i) for i in ids]) == FINISH_LENGTH and req.text == "hello 🫨"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="RequestText.__call__ takes int(last_token) for anything not an int, so 1.5 is id 1, "
-    "True id 1 and '7' id 7, silently; the core refuses them (TokenTypeError), which TGI's "
-    "criteria would hand to its stock text with an ERROR line (integrations/tgi/request.py)",
-)
-@pytest.mark.parametrize("bad", [1.5, True, "7"], ids=repr)
+@pytest.mark.parametrize("bad", [1.5, True, "7", "float-tensor"], ids=repr)
 def test_a_value_that_is_no_id_is_refused_not_truncated(qwen3, bad):
+    """The core's TokenTypeError naming the value and its position (TGI's criteria hands
+    the request to its stock text with an ERROR line); ``int()`` took 1.5 and True as
+    id 1 and '7' as id 7, silently."""
+    if bad == "float-tensor":
+        bad = pytest.importorskip("torch").tensor(1.5)
     req = _build(qwen3)
     req.push(_ids(qwen3, "ok")[0])
-    with pytest.raises(TokenTypeError):
+    with pytest.raises(TokenTypeError, match="at position 1"):
         req.push(bad)
-    assert req.generated_tokens == 1
+    assert req.generated_tokens == 1 and req.texts == ["ok"]
 
 
 def test_none_is_refused_and_not_counted(qwen3):
