@@ -277,6 +277,9 @@ def special_stop_ids(tokenizer: Any, stops: Sequence[str]) -> tuple[int, ...]:
 
     A special token's text never reaches the text (``skip_special_tokens=True``), so a stop
     string such as ``"<|im_end|>"`` could never match as a string: it matches on the id.
+    A stop the tokenizer cannot look up is no token's text: one with a lone surrogate (which
+    a tokenizers-backed tokenizer cannot encode, and no token's text holds) is not asked,
+    and a lookup that raises is read as no token; such a stop stays a plain stop string.
 
     >>> special_stop_ids(object(), ["<|im_end|>"])
     ()
@@ -290,13 +293,23 @@ def special_stop_ids(tokenizer: Any, stops: Sequence[str]) -> tuple[int, ...]:
     ids = []
     special: frozenset[int] | None = None  # read only for a stop that is one token's text
     for stop in stops:
-        tid = to_id(stop)
-        if isinstance(tid, int) and to_token(tid) == stop:
+        tid = _token_of(to_id, to_token, stop)
+        if tid is not None:
             if special is None:
                 special = frozenset(getattr(tokenizer, "all_special_ids", None) or ())
             if tid in special:
                 ids.append(tid)
     return tuple(ids)
+
+
+def _token_of(to_id: Any, to_token: Any, stop: str) -> int | None:
+    """The id of the one token whose text is ``stop``, else None; never raises."""
+    try:
+        stop.encode("utf-8")  # UnicodeEncodeError (a ValueError) for a lone surrogate
+        tid = to_id(stop)
+        return tid if isinstance(tid, int) and to_token(tid) == stop else None
+    except (ValueError, TypeError, KeyError, OverflowError):
+        return None
 
 
 def _integer(value: Any) -> Any:

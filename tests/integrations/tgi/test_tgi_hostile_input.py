@@ -24,6 +24,7 @@ from detok_plugin.integrations.tgi.request import (
     FINISH_STOP_SEQUENCE,
     RequestText,
     Settings,
+    special_stop_ids,
 )
 
 from detok_plugin import TokenTypeError
@@ -134,19 +135,16 @@ def test_a_stop_of_u_fffd_ends_where_the_decode_shows_one(qwen3):
 SURROGATES = [pytest.param("\ud83e", id="lone-high"), pytest.param("a\ud83e\udee8", id="pair-in-text")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnicodeEncodeError,
-    reason="special_stop_ids asks convert_tokens_to_ids for every stop, and a tokenizers-backed "
-    "tokenizer cannot encode a lone surrogate: RequestText.build raises UnicodeEncodeError, so in "
-    "TGI the request stays stock (WARNING, test below) where the core would stream it exactly "
-    "(integrations/tgi/request.py)",
-)
 @pytest.mark.parametrize("stop", SURROGATES)
 def test_a_stop_with_lone_surrogates_never_matches(qwen3, stop):
+    """special_stop_ids asked convert_tokens_to_ids for every stop, and a tokenizers-backed
+    tokenizer cannot encode a lone surrogate: RequestText.build raised UnicodeEncodeError
+    (in TGI the request stayed stock). Such a stop is no token's text: a plain stop string."""
     ids = _ids(qwen3, "a🫨b 🫨 a")
     req = _build(qwen3, stop_sequences=[stop], max_new_tokens=len(ids))
     assert _run(req, ids) == FINISH_LENGTH and req.text == _decode(qwen3, [], ids)
+    im_end = qwen3.convert_tokens_to_ids("<|im_end|>")
+    assert special_stop_ids(qwen3, [stop, "<|im_end|>", "\udee8<|im_end|>"]) == (im_end,)
 
 
 class _StockCriteria:
@@ -174,13 +172,22 @@ def _criteria(tok, stops, max_new_tokens=50):
 
 
 @pytest.mark.parametrize("stop", SURROGATES)
-def test_in_tgis_step_a_stop_the_shim_cannot_open_leaves_the_request_stock_with_a_warning(qwen3, caplog, stop):
+def test_in_tgis_step_a_stop_with_lone_surrogates_streams_through_the_core(qwen3, caplog, stop):
     ids = _ids(qwen3, "a🫨b")
     criteria = _criteria(qwen3, [stop], max_new_tokens=len(ids))
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         criteria.detok_build([], 7)
+    assert criteria.stream is not None and "stays stock" not in caplog.text
+    assert [criteria(i, "")[0] for i in ids] == [False] * (len(ids) - 1) + [True]
+    assert criteria.text == "a🫨b"
+
+
+def test_in_tgis_step_a_request_the_shim_cannot_open_stays_stock_with_a_warning(caplog):
+    criteria = _criteria(object(), ["STOP"], max_new_tokens=3)  # no tokenizer the core can read
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        criteria.detok_build([], 7)
     assert criteria.stream is None and "request 7 stays stock" in caplog.text
-    assert [criteria(i, "")[0] for i in ids] == [False] * (len(ids) - 1) + [True]  # TGI's own answers
+    assert [criteria(i, "")[0] for i in (1, 2, 3)] == [False, False, True]  # TGI's own answers
 
 
 def test_in_tgis_step_a_value_that_is_no_id_hands_the_request_to_stock_with_an_error(qwen3, caplog):
