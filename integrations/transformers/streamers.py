@@ -3,10 +3,11 @@ docstring for why, and ``iterators`` for the queue-backed streamers)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-from detok_plugin import Delta, DetokenizerState, TagSet
+from detok_plugin import Delta, DetokenizerState, TagSet, TokenIdError
 
 from . import _framework
 
@@ -19,6 +20,7 @@ BATCH_ERROR = "TextStreamer only supports batch size 1"
 # Decode options the core reproduces from its token tables; anything else is honoured by
 # calling the tokenizer's own decode (the core's generic path).
 _CORE_DECODE_KWARGS = frozenset({"skip_special_tokens", "spaces_between_special_tokens"})
+_log = logging.getLogger("detok_plugin.integrations.transformers")
 
 
 class _DecodeWith:
@@ -90,6 +92,11 @@ class DetokStreamer:
     a chat template that ends inside ``<think>`` starts the stream in reasoning. On a
     SentencePiece tokenizer the first character can then be the space that
     ``decode(generated ids)`` strips (the full decode keeps it).
+
+    An id the tokenizer does not define (a model whose embedding is padded past the
+    tokenizer samples one) renders as the decode renders it, ``""``, as stock goes on; the
+    first of a stream is logged (WARNING). A negative id raises ``TokenIdError`` and a
+    value that is no integer ``TokenTypeError``, where stock's decode fails too.
     """
 
     _state: DetokenizerState | None
@@ -210,16 +217,40 @@ class DetokStreamer:
         self._seen = 0  # generated ids received through put()
         self._fed = 0  # generated ids pushed into the state (by put() or the criteria)
         self._pending: list[Delta] = []
+        self._unknown_logged = False
 
     def _push(self, ids: list[int]) -> None:
-        state = self._state
-        if not ids or state is None or state.finished:
-            return  # after a stop string, later ids are cut (as the core does)
-        delta = state.push(ids)
+        while ids:
+            state = self._state
+            if state is None or state.finished:
+                return  # after a stop string, later ids are cut (as the core does)
+            try:
+                self._took(state.push(ids), ids)
+                return
+            except TokenIdError as exc:
+                if exc.token_id < 0:
+                    raise  # stock's decode fails on it too (OverflowError)
+                unknown = exc
+            k = ids.index(unknown.token_id)  # the first bad id: the push applied none
+            if k:
+                self._took(state.push(ids[:k]), ids[:k])
+            if not state.finished:
+                self._unknown_id(unknown)
+            ids = ids[k + 1 :]
+
+    def _took(self, delta: Delta, ids: list[int]) -> None:
         self.token_cache.extend(ids[: delta.consumed])
         self._pending.append(delta)
         if delta.finish_reason is not None:
             self.finish_reason, self.stop_reason = delta.finish_reason, delta.stop_reason
+
+    def _unknown_id(self, exc: TokenIdError) -> None:
+        """An id the tokenizer does not define (a padded vocabulary's): counted, rendered as
+        the decode renders it (``""``), as stock ``TextStreamer`` goes on; logged once a stream."""
+        self.token_cache.append(exc.token_id)
+        if not self._unknown_logged:
+            self._unknown_logged = True
+            _log.warning("detok-plugin: %s; it renders as the decode renders it (later ones in this stream are not logged)", exc)
 
     def _release(self, *, stream_end: bool) -> None:
         delta = _merge(self._pending) if self._pending else Delta()

@@ -6,7 +6,7 @@ through ``generate()`` itself where a model can produce the input.
 host's own behaviour: it decodes, so an id past the tokenizer (a padded vocabulary) renders
 as ``""``, and a negative or float id fails the decode (``OverflowError``, ``TypeError``).
 The drop-ins raise the core's typed errors (``TokenIdError``, ``TokenTypeError``) for the
-last two; for the first they raise too, where stock goes on (pinned as an open shim bug).
+last two; the first renders as the decode renders it, as stock goes on, logged once a stream.
 Stop strings of any number, length or content stream exactly; an empty stop is refused
 when the streamer is built (not in ``generate()``'s thread); a stream ended inside a
 character or a stop releases what the decode shows. The streamers have no ``max_tokens``
@@ -15,6 +15,7 @@ or ``min_tokens``: ``generate()``'s own limits decide how many ids come.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -103,19 +104,29 @@ def test_stock_skips_an_id_past_the_tokenizer_in_generate(qwen3, padded_qwen3):
     assert "".join(streamer.texts) == qwen3.decode(out)  # the decode skips it
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TokenIdError,
-    reason="DetokStreamer.put pushes into a DetokenizerState without on_unknown_id: an id past the "
-    "tokenizer (a padded vocabulary samples one) raises TokenIdError out of generate(), where stock "
-    "TextStreamer goes on with the decode's text; it should be skipped with a WARNING, as the vLLM "
-    "and TGI shims do (integrations/transformers/streamers.py)",
-)
-def test_an_id_past_the_tokenizer_is_skipped_as_stock_skips_it(qwen3, padded_qwen3):
-    generate, _ = padded_qwen3
+def test_an_id_past_the_tokenizer_is_skipped_as_stock_skips_it(qwen3, padded_qwen3, caplog):
+    """DetokStreamer raised TokenIdError out of generate() here, where stock goes on."""
+    generate, unknown = padded_qwen3
     streamer = Ours(qwen3, skip_prompt=True)
-    out = generate(streamer)[0, 1:].tolist()
-    assert "".join(streamer.texts) == qwen3.decode(out)
+    with caplog.at_level(logging.WARNING, logger="detok_plugin.integrations.transformers"):
+        out = generate(streamer)[0, 1:].tolist()
+    assert unknown in out and "".join(streamer.texts) == qwen3.decode(out)
+    assert f"token id {unknown} at position 2" in caplog.text
+
+
+def test_ids_past_the_tokenizer_in_one_put_are_skipped_and_logged_once(qwen3, caplog):
+    """Several per put (the criteria's catch-up, a speculative step), around a character's
+    bytes and before a stop: the text is the decode's, one WARNING a stream."""
+    ids = _ids(qwen3, "hi 🫨 there, stop here")
+    past = len(qwen3) + 7
+    hostile = [ids[0], past, *ids[1:4], past, past, *ids[4:]]
+    with caplog.at_level(logging.WARNING, logger="detok_plugin.integrations.transformers"):
+        s = Ours(qwen3, skip_prompt=True, stop=["stop"])
+        assert _stream(s, ids[:1], [hostile[:4], hostile[4:]]) == qwen3.decode(hostile).split("stop")[0]
+        assert s.stop_reason == "stop"
+        s = Ours(qwen3, skip_prompt=True)
+        assert _stream(s, ids[:1], [[i] for i in hostile]) == qwen3.decode(hostile)
+    assert caplog.text.count(f"token id {past}") == 2  # once per stream, of three in each
 
 
 @pytest.mark.parametrize(
