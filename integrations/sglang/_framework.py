@@ -1,0 +1,191 @@
+"""The one module of the SGLang shim that imports SGLang, and the contract it checks.
+
+Every SGLang name the shim uses comes through here: the scheduler's stop-string seam
+(``sglang.srt.managers.schedule_batch.Req._check_str_based_finish`` and
+``Req.check_match_stop_str_prefix``), the detokenizer's seam
+(``sglang.srt.managers.detokenizer_manager.DetokenizerManager._decode_batch_token_id_output``),
+SGLang's finish reason for a stop string, its detokenizer's state dictionary, and the
+settings that take the Python detokenizer out of the path. They are private API: supporting
+a new SGLang version is a change to this file (:data:`VERIFIED_SGLANG_VERSIONS`, and what
+:func:`contract_problems` checks). SGLang is imported lazily (:func:`seams`), so importing
+the shim costs nothing; SGLang's objects are typed ``Any`` here, so that the shim
+type-checks without SGLang installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import importlib.metadata
+import inspect
+import os
+from typing import Any, NamedTuple
+
+from ..common.patches import PATCHES
+
+__all__ = [
+    "PLUGINS_FLAG",
+    "RUST_SERVER_FLAG",
+    "VERIFIED_SGLANG_VERSIONS",
+    "Seams",
+    "contract_problems",
+    "process_name",
+    "rust_server",
+    "seams",
+    "sglang_version",
+]
+
+#: SGLang releases whose contract this shim was tested against.
+VERIFIED_SGLANG_VERSIONS = frozenset({"0.5.23"})
+
+#: SGLang's allow-list of general plugins (comma-separated entry-point names).
+PLUGINS_FLAG = "SGLANG_PLUGINS"
+
+#: SGLang's setting for its Rust HTTP server, which detokenizes in Rust (no Python
+#: ``DetokenizerManager`` runs, so the plugin cannot act there).
+RUST_SERVER_FLAG = "SGLANG_RUST_SERVER"
+
+_INSTALL_HINT = "install SGLang 0.5.23 into this environment (detok-plugin never installs it)"
+
+
+class Seams(NamedTuple):
+    """SGLang's names the shim patches or builds on."""
+
+    Req: Any  # sglang.srt.managers.schedule_batch.Req
+    FINISH_MATCHED_STR: Any  # its finish reason for a matched stop string
+    DetokenizerManager: Any  # sglang.srt.managers.detokenizer_manager.DetokenizerManager
+    LimitedCapacityDict: Any  # the detokenizer's state dict (evicts the oldest at capacity)
+    DecodeStatus: Any  # stock's per-request detokenizer state (a request handed over)
+    max_states: int  # its capacity (SGLANG_DETOKENIZER_MAX_STATES)
+
+
+@functools.cache  # an ImportError is not cached: the next call tries again
+def seams() -> Seams:
+    """SGLang's scheduler and detokenizer names (imports both modules)."""
+    try:
+        detokenizer_manager = importlib.import_module("sglang.srt.managers.detokenizer_manager")
+        schedule_batch = importlib.import_module("sglang.srt.managers.schedule_batch")
+    except ImportError as exc:
+        raise ImportError(f"detok_plugin.integrations.sglang needs SGLang: {_INSTALL_HINT} ({exc})") from exc
+    return Seams(
+        schedule_batch.Req,
+        schedule_batch.FINISH_MATCHED_STR,
+        detokenizer_manager.DetokenizerManager,
+        detokenizer_manager.LimitedCapacityDict,
+        detokenizer_manager.DecodeStatus,
+        int(getattr(detokenizer_manager, "DETOKENIZER_MAX_STATES", 1 << 16)),
+    )
+
+
+def sglang_version() -> str:
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return str(getattr(importlib.import_module("sglang"), "__version__", "unknown"))
+
+
+def rust_server() -> bool:
+    """Whether :data:`RUST_SERVER_FLAG` is on, read as SGLang reads it (``envs``)."""
+    try:
+        envs = importlib.import_module("sglang.srt.environ").envs
+        return bool(envs.SGLANG_RUST_SERVER.get())
+    except Exception:  # an unreadable value: SGLang's own start fails on it, not here
+        return os.environ.get(RUST_SERVER_FLAG, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def process_name() -> str:
+    """The process's title as SGLang sets it (``sglang::scheduler``, ...), for a log line."""
+    try:
+        title = str(importlib.import_module("setproctitle").getproctitle())
+    except Exception:
+        title = ""
+    if title.startswith("sglang::"):
+        return title.split()[0]
+    import multiprocessing
+
+    return multiprocessing.current_process().name
+
+
+def _params(fn: Any) -> list[str]:
+    return list(inspect.signature(fn).parameters)
+
+
+def _names(fn: Any) -> frozenset[str]:
+    """The names a function's code reads (attributes and globals)."""
+    code = getattr(fn, "__code__", None)
+    return frozenset(code.co_names) if code is not None else frozenset()
+
+
+def contract_problems() -> list[str]:
+    """Every way the installed SGLang differs from the contract the shim keeps; [] if none.
+    SGLang's own methods are checked, whether or not ours stand in their place."""
+    s = seams()
+    return _scheduler_problems(s) + _detokenizer_problems(s)
+
+
+def _stock(owner: Any, name: str) -> Any:
+    """SGLang's ``owner.name``: the stock value behind ours where we patched it."""
+    return PATCHES.stock(owner, name) or inspect.getattr_static(owner, name, None)
+
+
+def _scheduler_problems(s: Seams) -> list[str]:
+    problems = []
+    req = s.Req
+    check = _stock(req, "_check_str_based_finish")
+    prefix = _stock(req, "check_match_stop_str_prefix")
+    if check is None or _params(check) != ["self", "new_accepted_len"]:
+        problems.append("Req._check_str_based_finish is not (self, new_accepted_len)")
+    elif not {"finished_reason", "finished_len", "stop_strs"} <= _names(check):
+        problems.append("Req._check_str_based_finish no longer sets finished_reason and finished_len from stop_strs")
+    if prefix is None or _params(prefix) != ["self"]:
+        problems.append("Req.check_match_stop_str_prefix is not (self)")
+    update = getattr(req, "update_finish_state", None)
+    if update is None or "_check_str_based_finish" not in _names(update):
+        problems.append("Req.update_finish_state no longer calls _check_str_based_finish")
+    for name in ("output_ids", "origin_input_ids_unpadded", "tokenizer", "sampling_params", "finished_reason"):
+        if name not in _names(req.__init__):
+            problems.append(f"Req has no {name}")
+    if _params(s.FINISH_MATCHED_STR) != ["matched"]:
+        problems.append("FINISH_MATCHED_STR is not (matched)")
+    try:
+        sp = importlib.import_module("sglang.srt.sampling.sampling_params").SamplingParams()
+    except Exception as exc:
+        return [*problems, f"cannot build SGLang's SamplingParams ({exc!r})"]
+    for name in ("stop_strs", "stop_regex_strs", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim"):
+        if not hasattr(sp, name):
+            problems.append(f"SamplingParams has no {name}")
+    return problems
+
+
+def _detokenizer_problems(s: Seams) -> list[str]:
+    problems = []
+    cls = s.DetokenizerManager
+    decode = _stock(cls, "_decode_batch_token_id_output")
+    if decode is None or _params(decode) != ["self", "recv_obj"]:
+        problems.append("DetokenizerManager._decode_batch_token_id_output is not (self, recv_obj)")
+    handle = getattr(cls, "handle_batch_token_id_out", None)
+    if handle is None or "_decode_batch_token_id_output" not in _names(handle):
+        problems.append("DetokenizerManager.handle_batch_token_id_out no longer calls _decode_batch_token_id_output")
+    trim = getattr(cls, "trim_matched_stop", None)
+    if trim is None or _params(trim) != ["self", "output", "finished_reason", "no_stop_trim"]:
+        problems.append("DetokenizerManager.trim_matched_stop is not (self, output, finished_reason, no_stop_trim)")
+    status = [f.name for f in dataclasses.fields(s.DecodeStatus)]
+    if status[:5] != ["decoded_text", "decode_ids", "surr_offset", "read_offset", "sent_offset"]:
+        problems.append("DecodeStatus is not (decoded_text, decode_ids, surr_offset, read_offset, sent_offset, ...)")
+    for method, names in (("init_tokenizer", ("tokenizer",)), ("init_running_status", ("decode_status",))):
+        fn = getattr(cls, method, None)
+        if fn is None or not set(names) <= _names(fn):
+            problems.append(f"DetokenizerManager.{method} no longer sets {', '.join(names)}")
+    try:
+        batch = importlib.import_module("sglang.srt.managers.io_struct").BatchTokenIDOutput
+        fields = set(getattr(batch, "__struct_fields__", ()))  # a msgspec Struct
+    except Exception as exc:
+        return [*problems, f"cannot read BatchTokenIDOutput's fields ({exc!r})"]
+    for name in (
+        "rids", "decoded_texts", "decode_ids", "read_offsets", "finished_reasons", "no_stop_trim",
+        "skip_special_tokens", "spaces_between_special_tokens",
+    ):
+        if name not in fields:
+            problems.append(f"BatchTokenIDOutput has no {name}")
+    return problems
