@@ -124,6 +124,13 @@ def _chat(args: argparse.Namespace, settings: GenerationSettings) -> int:
         f"U+FFFD in this stream: {count_fffd(text)} (a per-token decode shows {per_token})]",
         file=err,
     )
+    if per_token == 0 and args.prompt is not None:
+        print(
+            "[no character of this reply was split across tokens, so a per-token decode shows no "
+            "U+FFFD either: a small model often answers in English. The default prompt (no "
+            "argument) asks for Japanese and an emoji; a larger model: --model PATH]",
+            file=err,
+        )
     return 0
 
 
@@ -264,12 +271,28 @@ def _load(args: argparse.Namespace, *, quiet: bool = False) -> Runner:
     from ._deps import torch
     from .runner import Runner
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1, got {args.threads}")
+    threads = args.threads
+    if threads is not None and threads < 1:
+        raise ValueError(f"--threads must be at least 1, got {threads}")
+    if threads is None and (args.device == "cpu" or (args.device == "auto" and not torch.cuda.is_available())):
+        threads = idle_cores()
+    if threads is not None:
         # Process-wide, so the CLI (which owns its process) sets it, never the Runner.
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(threads)
     return Runner.load(args.model, device=args.device, dtype=args.dtype, progress=None if quiet else sys.stderr)
+
+
+def idle_cores(cpus: int | None = None, load: float | None = None) -> int:
+    """CPU threads for torch by default: the cores not already busy (the cores less the
+    one-minute load average, at least 1). torch's own default takes every core, and threads
+    that wait at barriers for a busy core slow a step several-fold on a shared machine."""
+    cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # no load average on this platform
+            load = 0.0
+    return max(1, min(cpus, cpus - int(load + 0.5)))
 
 
 def _settings(args: argparse.Namespace) -> GenerationSettings:
@@ -300,7 +323,7 @@ def _parser() -> argparse.ArgumentParser:
                              "(default: SmolLM2-135M-Instruct, fetched once into $DETOK_CACHE_DIR)")
     common.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:N]")
     common.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="CPU threads for torch (default: torch's choice); 1 is steadier on a shared machine")
+                        help="CPU threads for torch (default on CPU: the cores not busy, from the load average)")
     common.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     common.add_argument("--temperature", type=float, default=0.0, help="0 is greedy (default)")
     common.add_argument("--top-k", type=int, default=0, help="sample among the k likeliest ids (0: all)")

@@ -132,6 +132,24 @@ def test_chat_compare_counts_both_streams(tiny_dir: Path) -> None:
     assert last.startswith("U+FFFD: naive ") and ", detok-plugin " in last
 
 
+@pytest.mark.parametrize("seed", ["1", "2"])
+def test_chat_says_when_a_reply_splits_no_character(tiny_dir: Path, seed: str) -> None:
+    # A prompt of the user's own: when the per-token decode shows no U+FFFD, a line says why.
+    proc = run_cli("chat", "hello", "--model", str(tiny_dir), "--temperature", "1", "--seed", seed,
+                   "--max-new-tokens", "4")
+    assert proc.returncode == 0, proc.stderr
+    shown = int(re.search(r"a per-token decode shows (\d+)", proc.stderr).group(1))
+    assert ("no character of this reply was split across tokens" in proc.stderr) == (shown == 0)
+
+
+@pytest.mark.parametrize(
+    ("cpus", "load", "threads"),
+    [(2, 0.0, 2), (2, 0.4, 2), (2, 1.2, 1), (2, 5.0, 1), (16, 3.6, 12), (1, 0.0, 1)],
+)
+def test_default_cpu_threads_are_the_idle_cores(cpus: int, load: float, threads: int) -> None:
+    assert cli.idle_cores(cpus, load) == threads
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
