@@ -272,6 +272,9 @@ def _case(name: str) -> tuple[Preset, list[int]]:
             + enc(tok, body)
             + enc(tok, t_close)
         ),
+        "unclosed_last_value": lambda: (
+            head + enc(tok, t_open) + enc(tok, "get_weather\n<arg_key>city</arg_key>\n<arg_value>東京\n") + enc(tok, t_close)
+        ),
         "unclosed_last_parameter": lambda: (
             head
             + enc(tok, t_open)
@@ -328,6 +331,8 @@ STOCK_WRONG = {
     "glm45:open_tag_one_byte_per_token": "<tool_call> spelled one byte per token: the whole call is content, no call",
     "qwen3_coder:unclosed_last_parameter": "a last <parameter> closed by </function> alone: the streamed "
     "arguments are unterminated JSON",
+    "glm45:unclosed_last_value": "a last <arg_value> whose </arg_value> never comes: the streamed arguments are "
+    "unterminated JSON (detok's parse keeps the value to the body's end, as for Qwen3-Coder)",
     "qwen3_coder:json_body": "a Hermes JSON body in <tool_call> (which its non-streaming parse accepts) is dropped "
     "when streaming: no call and no content",
     "qwen3_coder:no_think_anywhere": "neither the prompt nor the reply opens <think>: the answer is sent as reasoning",
@@ -347,7 +352,7 @@ def test_stock_wrong(case: str) -> None:
     elif kind == "open_tag_one_byte_per_token":
         assert ours.joined("content") == "Ok." and ours.calls() == [("get_weather", ARGS)]
         assert p.family.tool[0] in stock.joined("content")
-    elif kind == "unclosed_last_parameter":
+    elif kind in ("unclosed_last_parameter", "unclosed_last_value"):
         assert ours.calls() == [("get_weather", {"city": "東京"})]
         with pytest.raises(ValueError):
             stock.calls()
