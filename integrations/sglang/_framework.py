@@ -20,6 +20,7 @@ import importlib
 import importlib.metadata
 import inspect
 import os
+import sys
 from typing import Any, NamedTuple
 
 from ..common.patches import PATCHES
@@ -94,8 +95,24 @@ def rust_server() -> bool:
         return os.environ.get(RUST_SERVER_FLAG, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+#: SGLang's process entry functions, by the title SGLang gives the process (plugins load
+#: before it sets the title).
+_ROLES = {
+    "run_scheduler_process": "sglang::scheduler",
+    "run_detokenizer_process": "sglang::detokenizer",
+    "run_data_parallel_controller_process": "sglang::data_parallel_controller",
+}
+
+
 def process_name() -> str:
-    """The process's title as SGLang sets it (``sglang::scheduler``, ...), for a log line."""
+    """Which SGLang process this is (``sglang::scheduler``, ...), for a log line: the
+    SGLang entry function on the stack, else the process's title or name."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        role = _ROLES.get(frame.f_code.co_name)
+        if role is not None:
+            return role
+        frame = frame.f_back  # type: ignore[assignment]
     try:
         title = str(importlib.import_module("setproctitle").getproctitle())
     except Exception:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping
 
@@ -81,10 +82,21 @@ def _say_once(level: int, line: str) -> None:
     with _said_lock:
         first = line not in _said
         _said.add(line)
-    if first:
-        say(LOGGER, level, f"[{_framework.process_name()}] {line}")
-    else:
-        logging.getLogger(LOGGER).debug("%s", line)
+    log = logging.getLogger(LOGGER)
+    if not first:
+        log.debug("%s", line)
+        return
+    line = f"[{_framework.process_name()}] {line}"
+    if log.isEnabledFor(level):
+        say(LOGGER, level, line)  # through SGLang's logging where it is set up, else stderr
+        return
+    # SGLang loads plugins before it sets up its logging, under a handler at WARNING in
+    # some processes: an INFO line would vanish there, so it goes to stderr as it is.
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):
+        pass
 
 
 def register() -> bool:
