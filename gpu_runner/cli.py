@@ -16,6 +16,11 @@
     ``/v1/completions`` (streamed through the plugin), with a page at ``/`` that shows a naive
     stream and ours side by side in the browser (``serve.py``).
 
+``detok-plugin check --base-url URL --model NAME --tokenizer PATH``
+    Measures another server's streamed text (any OpenAI-compatible server that returns
+    token ids) against the tokenizer's decode, on a fixed battery of requests, and prints a
+    table: exact, late characters, U+FFFD sent, stop text leaked (``check.py``).
+
 Errors a user can fix (a missing model, a bad option, a batch too large) print one line and
 exit with status 2.
 """
@@ -23,6 +28,7 @@ exit with status 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -54,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
+        if args.command == "check":  # a client of another server: no model, no settings
+            return _check(args)
         settings = _settings(args)
         return int(args.func(args, settings))
     except (RunnerError, ValueError) as exc:
@@ -264,6 +272,25 @@ def _serve(args: argparse.Namespace, settings: GenerationSettings) -> int:
     return 0
 
 
+# --- check ----------------------------------------------------------------------------
+
+
+def _check(args: argparse.Namespace) -> int:
+    from transformers import AutoTokenizer
+
+    from .check import format_table, run_check
+
+    tok = AutoTokenizer.from_pretrained(args.tokenizer)
+    print(f"detok-plugin: checking {args.base_url} (model {args.model}) against the decode of {args.tokenizer}",
+          file=sys.stderr, flush=True)
+    rows = run_check(args.base_url, args.model, tok)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in rows], ensure_ascii=False))
+    else:
+        print(format_table(rows, f"{args.base_url}  ({args.model})"))
+    return 0 if all(r.exact == r.choices and not (r.late or r.fffd or r.leaked) for r in rows) else 1
+
+
 # --- shared ---------------------------------------------------------------------------
 
 
@@ -315,7 +342,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Stream a real model's tokens into text exactly and promptly (no U+FFFD from split characters).",
     )
     parser.add_argument("--version", action="version", version=f"detok-plugin {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{chat,verify,serve}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{chat,verify,serve,check}")
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--model", default=None, metavar="PATH",
@@ -366,6 +393,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-new-tokens", type=int, default=256,
                        help="max_tokens for a request that gives none")
     serve.set_defaults(func=_serve)
+
+    check = sub.add_parser(
+        "check", help="measure another server's streamed text against the tokenizer's decode",
+        description="Stream a fixed battery of requests (CJK, emoji, n=2, prompt ids ending inside a character, "
+                    "long and non-ASCII stops, a max_tokens cut) to an OpenAI-compatible server that returns "
+                    "token ids, and report per request: exact, late characters, U+FFFD sent, stop text leaked. "
+                    "Exit status 1 when anything is off.")
+    check.add_argument("--base-url", required=True, metavar="URL", help="the server's OpenAI API, e.g. http://127.0.0.1:8000/v1")
+    check.add_argument("--model", required=True, metavar="NAME", help="the served model name")
+    check.add_argument("--tokenizer", required=True, metavar="PATH", help="the model's tokenizer (a local directory)")
+    check.add_argument("--json", action="store_true", help="print the rows as one JSON array")
     return parser
 
 

@@ -15,8 +15,12 @@ both install the ``vllm`` package); ``scripts/test.sh`` sets it up with
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -204,3 +208,27 @@ def test_flag_off_streams_exactly_as_the_plugin_absent(servers):
         assert a.prompt_ids == b.prompt_ids
         for k in a.choices:
             assert a.choices[k] == b.choices[k]  # times are not compared
+
+
+def test_check_shows_what_the_plugin_buys(servers, tokenizer):
+    """``detok-plugin check`` against stock and plugin servers, as an operator runs it: the
+    plugin's table is clean (exit 0); stock's shows its stop lag and its prompt-ids error."""
+    from detok_plugin.gpu_runner.convert import default_model_directory
+
+    script = Path(sys.executable).parent / "detok-plugin"
+    rows = {}
+    for mode in ("on", "off"):
+        proc = subprocess.run(
+            [str(script), "check", "--base-url", f"http://127.0.0.1:{servers[mode].port}/v1", "--model", "smollm2",
+             "--tokenizer", str(default_model_directory(progress=None)), "--json"],
+            capture_output=True, text=True, timeout=600,
+        )
+        assert proc.returncode in (0, 1), proc.stderr
+        rows[mode] = ({r["name"]: r for r in json.loads(proc.stdout)}, proc.returncode)
+    on, on_rc = rows["on"]
+    off, off_rc = rows["off"]
+    assert on.keys() == off.keys() and len(on) >= 6, on.keys()
+    assert on_rc == 0 and all(r["exact"] == r["choices"] and not (r["late"] or r["fffd"] or r["leaked"]) for r in on.values()), on
+    assert off_rc == 1
+    assert off["long stop"]["late"] > 0  # stock holds len(stop) - 1 characters back
+    assert off["prompt ids end inside a character"]["exact"] == 0  # STOCK_WRONG
