@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/setup_vllm_engine.sh >/dev/null
-export DETOK_HYPOTHESIS_EXAMPLES="${DETOK_HYPOTHESIS_EXAMPLES:-300}"
+export DETOK_HYPOTHESIS_EXAMPLES="${DETOK_HYPOTHESIS_EXAMPLES:-100}"
 exec .venv/bin/python -m pytest -q -rs "$@"
