@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import types
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -85,8 +84,13 @@ class RequestText:
         matched = reason.get("matched")
         if isinstance(matched, int) and len(ids) > 0:
             ids = manager.trim_matched_stop(list(ids), reason, no_stop_trim)  # drops the stop token, or keeps it
-        text = self.step(ids) if len(ids) > 0 else ""
-        tail = self.stream.finish().text
+        sent = len(self.pieces)
+        try:
+            text = self.step(ids) if len(ids) > 0 else ""
+            tail = self.stream.finish().text
+        except Exception:
+            del self.pieces[sent:]  # not sent: stock sends it (the hand-over)
+            raise
         if not isinstance(matched, str):
             return text + tail
         sent_len = sum(map(len, self.pieces)) - len(text)
@@ -97,13 +101,14 @@ class RequestText:
         end = pos + len(matched) if no_stop_trim else pos
         return whole[sent_len:end] if end > sent_len else ""
 
-    def stock_status(self, status_cls: Any) -> Any:
-        """Stock's ``DecodeStatus`` for this request as it stands: every id so far, the text
-        sent counted as sent (stock's own "pending" rule then sends only what is new)."""
+    def stock_status(self, status_cls: Any, taken: int) -> Any:
+        """Stock's ``DecodeStatus`` for this request as it stands: the context and the
+        ``taken`` output ids, the text sent counted as sent (stock's own "pending" rule then
+        sends only what is new)."""
         sent = "".join(self.pieces)
         return status_cls(
             decoded_text="",
-            decode_ids=[*self.context, *self.stream.token_ids],
+            decode_ids=[*self.context, *self.stream.token_ids[:taken]],
             surr_offset=0,
             read_offset=len(self.context),
             sent_offset=len(sent),
@@ -113,60 +118,84 @@ class RequestText:
 #: A request id handed to stock (its ``DecodeStatus`` is in stock's ``decode_status``).
 _STOCK_SERVES: Any = object()
 
-#: Each manager's texts, by rid (a ``LimitedCapacityDict`` like stock's ``decode_status``).
-_TEXTS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+#: The manager's attribute that holds its texts, by rid (a ``LimitedCapacityDict`` like
+#: stock's ``decode_status``, of the same capacity).
+TEXTS = "_detok_plugin_texts"
 
 
 def _texts(manager: Any) -> Any:
-    texts = _TEXTS.get(manager)
-    if texts is None:
-        s = _framework.seams()
-        texts = _TEXTS[manager] = s.LimitedCapacityDict(capacity=s.max_states)
+    s = _framework.seams()
+    texts = s.LimitedCapacityDict(capacity=s.max_states)
+    setattr(manager, TEXTS, texts)
     return texts
 
 
 def decode_batch_token_id_output(self: Any, recv_obj: Any) -> list[str]:
     """``DetokenizerManager._decode_batch_token_id_output``: one delta per rid, in order."""
-    tokenizer = self.tokenizer
-    if tokenizer is None:
-        return _stock(self, recv_obj)
-    texts = _texts(self)
-    rids = recv_obj.rids
+    try:
+        texts = self._detok_plugin_texts
+    except AttributeError:
+        texts = _texts(self)
     decode_ids = recv_obj.decode_ids
     reasons = recv_obj.finished_reasons
     out: list[str] = []
-    stock_rows: list[int] = []
-    for i in range(len(rids)):
-        rid = rids[i]
+    slow: list[int] = []
+    for i, rid in enumerate(recv_obj.rids):
         text = texts.get(rid)
-        if text is None:
-            text = _open(tokenizer, recv_obj, i, texts)
-            if text is None:
+        ids = decode_ids[i]
+        if text.__class__ is RequestText and reasons[i] is None and len(ids) == 1:
+            stream = text.stream
+            before = len(stream.token_ids)
+            try:  # the common step, inline: one id of a live request
+                piece = stream.push_text(ids[0])
+            except Exception as exc:
+                _hand_over(self, texts, text, recv_obj, i, exc, before)
                 out.append("")
-                stock_rows.append(i)
+                slow.append(i)
                 continue
-            ids = decode_ids[i][recv_obj.read_offsets[i] :]
+            if piece:
+                text.pieces.append(piece)
+            out.append(piece)
         else:
-            ids = decode_ids[i]
-        if text is _STOCK_SERVES:
-            if reasons[i] is not None:
-                del texts[rid]
             out.append("")
+            slow.append(i)
+    if slow:
+        _slow_rows(self, recv_obj, texts, slow, out)
+    return out
+
+
+def _slow_rows(manager: Any, recv_obj: Any, texts: Any, rows: list[int], out: list[str]) -> None:
+    """Every row the common step did not take: a new rid, several ids, a finished request,
+    a request stock serves, a stream that raised (handed over)."""
+    stock_rows: list[int] = []
+    for i in rows:
+        rid = recv_obj.rids[i]
+        text = texts.get(rid)
+        ids = recv_obj.decode_ids[i]
+        if text is None and manager.tokenizer is not None:
+            text = _open(manager.tokenizer, recv_obj, i, texts)
+            ids = ids[recv_obj.read_offsets[i] :]
+        if text is None or text is _STOCK_SERVES:
+            if text is _STOCK_SERVES and recv_obj.finished_reasons[i] is not None:
+                del texts[rid]
             stock_rows.append(i)
             continue
+        before = len(text.stream.token_ids)
         try:
-            if reasons[i] is None:
-                out.append(text.step(ids))
-                continue
-            del texts[rid]
-            out.append(text.close(self, ids, reasons[i], recv_obj.no_stop_trim[i]))
+            out[i] = _advance(manager, recv_obj, texts, text, ids, i)
         except Exception as exc:
-            out.append("")
             stock_rows.append(i)
-            _hand_over(self, texts, text, recv_obj, i, exc)
+            _hand_over(manager, texts, text, recv_obj, i, exc, before)
     if stock_rows:
-        _fill_from_stock(self, recv_obj, stock_rows, out)
-    return out
+        _fill_from_stock(manager, recv_obj, stock_rows, out)
+
+
+def _advance(manager: Any, recv_obj: Any, texts: Any, text: RequestText, ids: Sequence[int], i: int) -> str:
+    reason = recv_obj.finished_reasons[i]
+    if reason is None:
+        return text.step(ids)
+    del texts[recv_obj.rids[i]]
+    return text.close(manager, ids, reason, recv_obj.no_stop_trim[i])
 
 
 def _open(tokenizer: Any, recv_obj: Any, i: int, texts: Any) -> Any:
@@ -187,9 +216,10 @@ def _open(tokenizer: Any, recv_obj: Any, i: int, texts: Any) -> Any:
     return text
 
 
-def _hand_over(manager: Any, texts: Any, text: RequestText, recv_obj: Any, i: int, exc: Exception) -> None:
-    """The stream raised: stock's detokenizer serves the rest of this request, from every id
-    before this payload; this payload then goes through stock (``_fill_from_stock``)."""
+def _hand_over(manager: Any, texts: Any, text: RequestText, recv_obj: Any, i: int, exc: Exception, before: int) -> None:
+    """The stream raised: stock's detokenizer serves the rest of this request, from the
+    ``before`` output ids it took before this payload; this payload then goes through stock
+    (``_fill_from_stock``)."""
     rid = recv_obj.rids[i]
     logger.error(
         "detok-plugin: request %s: the stream raised %r; SGLang's stock detokenizer serves the rest of this "
@@ -198,7 +228,7 @@ def _hand_over(manager: Any, texts: Any, text: RequestText, recv_obj: Any, i: in
         exc,
         exc_info=exc,
     )
-    manager.decode_status[rid] = text.stock_status(_framework.seams().DecodeStatus)
+    manager.decode_status[rid] = text.stock_status(_framework.seams().DecodeStatus, before)
     if recv_obj.finished_reasons[i] is None:
         texts[rid] = _STOCK_SERVES
 

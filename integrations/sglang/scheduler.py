@@ -9,8 +9,8 @@ tokens than its own encoding (one token per character, a CJK stop in byte tokens
 seen: it leaks into the text and generation runs on; and a stop visible only across a
 special token the request skips is missed.
 
-Here each request with stop strings gets a :class:`StopWatch`: a ``ServingStream`` with the
-request's stops and text flags (``skip_special_tokens``, ``spaces_between_special_tokens``)
+Here each request with stop strings gets a ``ServingStream`` (:func:`open_stream`, on the
+request's first check, kept on the request) with the request's stops and text flags (``skip_special_tokens``, ``spaces_between_special_tokens``)
 and its whole prompt, fed each output id once. ``_check_str_based_finish`` sets SGLang's
 ``FINISH_MATCHED_STR(matched=stop)`` and ``finished_len`` (the ids through the one that
 completed the stop) exactly when the text first contains a stop; the prefix check holds the
@@ -31,7 +31,7 @@ from detok_plugin import ServingStream, TokenIdError
 from ..common.patches import PATCHES
 from . import _framework
 
-__all__ = ["StopWatch", "check_match_stop_str_prefix", "check_str_based_finish", "install", "uninstall"]
+__all__ = ["check_match_stop_str_prefix", "check_str_based_finish", "install", "open_stream", "uninstall"]
 
 logger = logging.getLogger("sglang.detok_plugin")
 
@@ -42,123 +42,121 @@ _CHECK = "_check_str_based_finish"
 _PREFIX = "check_match_stop_str_prefix"
 
 
-class StopWatch:
-    """One request's stop strings: a stream fed the request's output ids once each."""
-
-    __slots__ = ("stream", "fed", "finish_cls")
-
-    def __init__(self, req: Any, finish_cls: Any) -> None:
-        params = req.sampling_params
-        self.stream = ServingStream.from_tokenizer(
-            req.tokenizer,
-            prompt_ids=list(req.origin_input_ids_unpadded or ()),
-            skip_special_tokens=bool(params.skip_special_tokens),
-            spaces_between_special_tokens=bool(params.spaces_between_special_tokens),
-            stop=tuple(params.stop_strs),
-            stop_token_ids=(),
-            eos_token_ids=(),
-            request_id=str(req.rid),
-            on_unknown_id=_log_unknown_id,
-        )
-        self.fed = 0  # output ids fed so far
-        self.finish_cls = finish_cls
-
-    def catch_up(self, ids: Any) -> None:
-        """Feed the output ids not fed yet (none once a stop completed)."""
-        stream = self.stream
-        n = len(ids)
-        fed = self.fed
-        if n == fed + 1 and stream.finish_reason is None:
-            stream.push_text(ids[fed])
-        elif n != fed and stream.finish_reason is None:
-            if n < fed:  # SGLang dropped output ids (a retracted request re-prefilled from scratch)
-                raise _Restart
-            push = stream.push_text
-            for i in range(fed, n):
-                push(ids[i])
-                if stream.finish_reason is not None:
-                    break
-        self.fed = n
-
-    def finish(self, req: Any) -> bool:
-        """Set SGLang's finish on ``req`` if a stop string completed; returns whether."""
-        stream = self.stream
-        if stream.finish_reason != "stop":
-            return False
-        req.finished_reason = self.finish_cls(matched=stream.stop_reason)
-        req.finished_len = len(stream.token_ids)
-        return True
+def open_stream(req: Any) -> ServingStream:
+    """A request's stop stream: its stops, its text flags, its whole prompt."""
+    params = req.sampling_params
+    return ServingStream.from_tokenizer(
+        req.tokenizer,
+        prompt_ids=list(req.origin_input_ids_unpadded or ()),
+        skip_special_tokens=bool(params.skip_special_tokens),
+        spaces_between_special_tokens=bool(params.spaces_between_special_tokens),
+        stop=tuple(params.stop_strs),
+        stop_token_ids=(),
+        eos_token_ids=(),
+        request_id=str(req.rid),
+        on_unknown_id=_log_unknown_id,
+    )
 
 
-class _Restart(Exception):
-    """The request's output ids went back: a fresh watch replays them."""
-
-
-def _watch(req: Any) -> StopWatch | None:
-    """The request's watch, made on first use; None where SGLang's stock check serves it."""
-    try:
-        return req.__dict__[WATCH]  # type: ignore[no-any-return]
-    except KeyError:
-        pass
-    watch = None
+def _watch(req: Any) -> ServingStream | None:
+    """A request's first call: its stream, or None where SGLang's stock check serves it."""
+    stream = None
     params = req.sampling_params
     if params.stop_strs and not params.stop_regex_strs and req.tokenizer is not None:
         try:
-            watch = StopWatch(req, _framework.seams().FINISH_MATCHED_STR)
+            stream = open_stream(req)
         except Exception as exc:  # a bug: this request stays stock rather than fail
             logger.error("detok-plugin: request %s: stop strings stay SGLang's stock check: %r", req.rid, exc, exc_info=exc)
-    req.__dict__[WATCH] = watch
-    return watch
+    setattr(req, WATCH, stream)
+    return stream
 
 
-def _synced(req: Any) -> StopWatch | None:
-    """The request's watch, fed every output id; None (and stock from now on) if it raised."""
-    watch = _watch(req)
-    if watch is None:
-        return None
+def _catch_up(req: Any, stream: ServingStream) -> ServingStream | None:
+    """``stream`` fed every output id it has not taken (none once a stop completed); the
+    request's stream from now on: a fresh one where SGLang dropped output ids (a retracted
+    request), None (stock from now on) if it raised."""
+    ids = req.output_ids
     try:
-        watch.catch_up(req.output_ids)
-    except _Restart:
-        del req.__dict__[WATCH]
-        return _synced(req)
+        if len(ids) < len(stream.token_ids) and stream.finish_reason is None:
+            fresh = _watch(req)
+            return None if fresh is None else _catch_up(req, fresh)
+        push = stream.push_text
+        for i in range(len(stream.token_ids), len(ids)):
+            if stream.finish_reason is not None:
+                break
+            push(ids[i])
     except Exception as exc:
         _hand_over(req, exc)
         return None
-    return watch
+    return stream
 
 
 def check_str_based_finish(self: Any, new_accepted_len: int = 1) -> bool:
-    """``Req._check_str_based_finish``: whether a stop string completed in this step's ids."""
-    watch = _synced(self)
-    if watch is None:
-        return _stock(_CHECK)(self, new_accepted_len)  # type: ignore[no-any-return]
-    return watch.finish(self)
+    """``Req._check_str_based_finish``: whether a stop string completed in this step's ids
+    (then SGLang's ``FINISH_MATCHED_STR`` and ``finished_len`` are set, as stock sets them)."""
+    stream: ServingStream | None
+    try:
+        stream = self._detok_plugin_stops
+    except AttributeError:
+        stream = _watch(self)
+    if stream is None:
+        return _STOCK[_CHECK](self, new_accepted_len)  # type: ignore[no-any-return]
+    ids = self.output_ids
+    taken = stream.token_ids
+    if len(ids) == len(taken) + 1 and stream.finish_reason is None:  # the common step: one new id
+        try:
+            stream.push_text(ids[-1])
+        except Exception as exc:
+            _hand_over(self, exc)
+            return _STOCK[_CHECK](self, new_accepted_len)  # type: ignore[no-any-return]
+    elif len(ids) != len(taken):
+        caught = _catch_up(self, stream)
+        if caught is None:
+            return _STOCK[_CHECK](self, new_accepted_len)  # type: ignore[no-any-return]
+        stream = caught
+    if stream.finish_reason != "stop":
+        return False
+    self.finished_reason = _STOCK["FINISH_MATCHED_STR"](matched=stream.stop_reason)
+    self.finished_len = len(stream.token_ids)
+    return True
 
 
 def check_match_stop_str_prefix(self: Any) -> bool:
     """``Req.check_match_stop_str_prefix``: hold the unsent ids while the stream holds a
     genuine partial stop (or a stop it completed, not yet reported)."""
-    watch = _synced(self)
-    if watch is None:
-        return _stock(_PREFIX)(self)  # type: ignore[no-any-return]
-    stream = watch.stream
-    return bool(stream.held) or stream.finish_reason == "stop"
+    stream: ServingStream | None
+    try:
+        stream = self._detok_plugin_stops
+    except AttributeError:
+        stream = _watch(self)
+    if stream is not None and len(self.output_ids) != len(stream.token_ids) and stream.finish_reason is None:
+        stream = _catch_up(self, stream)
+    if stream is None:
+        return _STOCK[_PREFIX](self)  # type: ignore[no-any-return]
+    return stream.finish_reason is not None or stream.held != ""
 
 
-#: SGLang's own methods, read when ours went in (the hot path reads this dict only).
-_STOCK: dict[str, Any] = {}
+class _StockMethods(dict[str, Any]):
+    """SGLang's own methods, read when ours went in (the hot path reads this dict only);
+    read from the class where ours were never installed (called by hand)."""
+
+    def __missing__(self, name: str) -> Any:
+        seams = _framework.seams()
+        if name == "FINISH_MATCHED_STR":
+            self[name] = seams.FINISH_MATCHED_STR
+            return seams.FINISH_MATCHED_STR
+        return PATCHES.stock(seams.Req, name) or getattr(seams.Req, name)
+
+
+_STOCK = _StockMethods()
 
 
 def _stock(name: str) -> Any:
-    fn = _STOCK.get(name)
-    if fn is None:  # not installed (called by hand), or uninstalled since
-        req = _framework.seams().Req
-        fn = PATCHES.stock(req, name) or getattr(req, name)
-    return fn
+    return _STOCK[name]
 
 
 def _hand_over(req: Any, exc: Exception) -> None:
-    req.__dict__[WATCH] = None
+    setattr(req, WATCH, None)
     logger.error(
         "detok-plugin: request %s: the stop-string stream raised %r; SGLang's stock check serves the rest "
         "of this request (please report this with the traceback)",
@@ -185,6 +183,7 @@ def install() -> bool:
             if not PATCHES.is_ours(req, name):
                 PATCHES.install(req, name, fn)
             _STOCK[name] = PATCHES.stock(req, name)
+        _STOCK["FINISH_MATCHED_STR"] = _framework.seams().FINISH_MATCHED_STR
     return fresh
 
 

@@ -1,0 +1,181 @@
+"""SGLang 0.5.23 per token: its scheduler's stop check and its detokenizer step, stock
+against the plugin, at batch 1 and 32, with and without stop strings, in one run.
+
+What is timed, on the same replayed ids (Qwen3's real tokenizer, the paragraphs of
+``_common.PARAGRAPHS`` in turn, ``--tokens`` ids per request):
+
+* ``scheduler``: per request and step, what SGLang's scheduler calls on a streaming request
+  after appending its id (the append timed too, alike for both): ``Req._check_str_based_finish(1)`` (through
+  ``update_finish_state``, which does more, untimed here) and the output streamer's
+  ``Req.check_match_stop_str_prefix()``; on real ``Req`` objects with real, normalized
+  ``SamplingParams`` (four stop strings that never occur, or none);
+* ``detokenizer``: per step, one ``DetokenizerManager._decode_batch_token_id_output`` of a
+  batch carrying one id per request (the first step with up to 5 prompt ids of context, as
+  SGLang sends it), on a real ``DetokenizerManager``.
+
+``stock``: SGLang's own methods; ``plugin``: after ``register()`` (``DETOK_PLUGIN=1``), each
+request's setup (its streams, built on its first call) inside the timed run. The
+rounds alternate stock and plugin (``--repeats`` each, after a warm-up round each); each
+figure is the median round's nanoseconds of CPU time (``process_time_ns``: load on the
+shared machine falls outside it) per token (per request and id), the ratio plugin
+over stock. The texts and finishes of both are checked equal in the warm-up round.
+
+Run (SGLang lives in ``.venv-sglang``, ``scripts/setup_sglang.sh``)::
+
+    .venv-sglang/bin/python benchmarks/bench_sglang.py [--tokens 256] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import time
+import types
+from array import array
+from typing import Any
+
+from _common import PARAGRAPHS, table, token_stream, tokenizer_zoo
+
+os.environ["DETOK_PLUGIN"] = "1"
+
+from detok_plugin.integrations import sglang as shim  # noqa: E402
+from sglang.srt.managers.detokenizer_manager import DetokenizerManager, LimitedCapacityDict  # noqa: E402
+from sglang.srt.managers.schedule_batch import Req  # noqa: E402
+from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
+
+#: Stop strings that never occur in the replayed text: every token pays for the check.
+STOPS = ["\n\nUser:", "<|endofturn|>", "###", "結束了"]
+
+
+def streams(tok: Any, batch: int, tokens: int) -> list[list[int]]:
+    languages = list(PARAGRAPHS)
+    return [token_stream(tok, languages[i % len(languages)], tokens) for i in range(batch)]
+
+
+def requests(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> list[Any]:
+    out = []
+    for i in range(len(ids)):
+        sp = SamplingParams(max_new_tokens=1 << 20, stop=list(STOPS) if stops else None)
+        sp.normalize(tok)
+        req = Req(f"r{i}", "", array("q", prompt), sp, stream=True, eos_token_ids={tok.eos_token_id}, vocab_size=len(tok))
+        req.tokenizer = tok
+        out.append(req)
+    return out
+
+
+def run_scheduler(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> tuple[int, list[Any]]:
+    """Nanoseconds for every request's checks over every step, and each request's finish."""
+    reqs = requests(tok, ids, stops, prompt)
+    pairs = list(zip(reqs, ids))
+    t0 = time.process_time_ns()  # one clock read per run: a read costs about what a check does
+    for step in range(len(ids[0])):
+        for req, out in pairs:
+            req.output_ids.append(out[step])
+            req._check_str_based_finish(1)
+            req.check_match_stop_str_prefix()
+    return time.process_time_ns() - t0, [req.finished_reason for req in reqs]
+
+
+def payloads(ids: list[list[int]], prompt: list[int]) -> list[Any]:
+    context = prompt[-5:]
+    steps = []
+    for step in range(len(ids[0])):
+        last = step == len(ids[0]) - 1
+        rows = len(ids)
+        steps.append(types.SimpleNamespace(
+            rids=[f"r{i}" for i in range(rows)],
+            decoded_texts=[""] * rows,
+            decode_ids=[(context if step == 0 else []) + [out[step]] for out in ids],
+            read_offsets=[len(context)] * rows,
+            finished_reasons=[{"type": "length", "length": len(ids[0])} if last else None] * rows,
+            no_stop_trim=[False] * rows,
+            skip_special_tokens=[True] * rows,
+            spaces_between_special_tokens=[True] * rows,
+        ))
+    return steps
+
+
+def manager(tok: Any) -> Any:
+    m = DetokenizerManager.__new__(DetokenizerManager)
+    m.tokenizer, m.vocab_size = tok, len(tok)
+    m.decode_status = LimitedCapacityDict(capacity=1 << 16)
+    m.disable_tokenizer_batch_decode = False
+    m.is_tool_call_parser_gpt_oss = False
+    m.tool_close_token_ids = frozenset()
+    return m
+
+
+def run_detokenizer(tok: Any, steps: list[Any]) -> tuple[int, list[str]]:
+    """Nanoseconds for every step's batch, and each request's text."""
+    m = manager(tok)
+    decode = m._decode_batch_token_id_output
+    t0 = time.process_time_ns()
+    deltas = [decode(payload) for payload in steps]
+    elapsed = time.process_time_ns() - t0
+    return elapsed, ["".join(parts) for parts in zip(*deltas)]
+
+
+def timed(fn: Any, *args: Any) -> tuple[int, Any]:
+    gc.collect()
+    gc.disable()
+    try:
+        return fn(*args)  # type: ignore[no-any-return]
+    finally:
+        gc.enable()
+
+
+def measure(label: str, fn: Any, args: tuple[Any, ...], per: int, repeats: int) -> tuple[float, float]:
+    """Median ns per token of stock and plugin, alternating rounds; outputs checked equal."""
+    rounds: dict[bool, list[int]] = {False: [], True: []}
+    seen = {}
+    for n in range(repeats + 1):
+        for on in (False, True):
+            shim.register() if on else shim.unregister()
+            ns, result = timed(fn, *args)
+            if n == 0:
+                seen[on] = result
+            else:
+                rounds[on].append(ns)
+    shim.unregister()
+    if seen[False] != seen[True]:
+        raise SystemExit(f"{label}: the plugin's output differs from stock's")
+    return statistics.median(rounds[False]) / per, statistics.median(rounds[True]) / per
+
+
+def qwen3() -> Any:
+    """Qwen3's real tokenizer, as the test venv built it (``tokenizer_zoo``: its directory is
+    keyed by a package this venv does not have)."""
+    from transformers import AutoTokenizer
+
+    built = sorted(tokenizer_zoo.CACHE_DIR.glob("qwen3-*/tokenizer.json"))
+    if not built:
+        raise SystemExit("build Qwen3's tokenizer first: .venv/bin/python -c \"import sys; sys.path.insert(0, 'tests/support'); "
+                         "import tokenizer_zoo; tokenizer_zoo.directory('qwen3')\"")
+    return AutoTokenizer.from_pretrained(built[-1].parent)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    tok = qwen3()
+    tok.additional_stop_token_ids = None  # what SGLang's get_tokenizer adds
+    prompt = tok.encode("Write a few paragraphs, please.", add_special_tokens=False)
+    rows = []
+    for batch in (1, 32):
+        ids = streams(tok, batch, args.tokens)
+        per = batch * args.tokens
+        for stops in (False, True):
+            stock, plugin = measure("scheduler", run_scheduler, (tok, ids, stops, prompt), per, args.repeats)
+            rows.append(["scheduler stop check", batch, "4" if stops else "none", f"{stock:,.0f}", f"{plugin:,.0f}", f"{plugin / stock:.3f}x"])
+        stock, plugin = measure("detokenizer", run_detokenizer, (tok, payloads(ids, prompt)), per, args.repeats)
+        rows.append(["detokenizer step", batch, "(scheduler's)", f"{stock:,.0f}", f"{plugin:,.0f}", f"{plugin / stock:.3f}x"])
+    print(f"SGLang 0.5.23, Qwen3 tokenizer, {args.tokens} ids per request, median of {args.repeats} rounds; ns per token")
+    print(table(rows, ["part", "batch", "stops", "stock ns/token", "plugin ns/token", "plugin / stock"]))
+
+
+if __name__ == "__main__":
+    main()

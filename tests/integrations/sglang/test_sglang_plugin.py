@@ -1,0 +1,85 @@
+"""The SGLang plugin's switch, hooks, contract check and safety net, inside SGLang 0.5.23.
+
+``tests/support/sglang_plugin_checks.py`` runs in ``.venv-sglang`` (one process): SGLang's
+own ``load_plugins()`` (what each SGLang process calls first) under each setting of the
+switch, asserting which hooks are in place (SGLang only logs a hook that failed) and the one
+line the process says; an SGLang whose stop check changed shape (one error line, stock
+kept); a stop-string stream and a text stream that raise mid-request (the request goes on
+under SGLang's stock code, logged, its text and finish still right; the other request of
+the batch untouched). The real server's processes are checked in ``test_sglang_server.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+import tokenizer_zoo
+from sglang_env import require_sglang, sglang_run
+
+require_sglang()
+
+ON_LINE = "detok-plugin: on ({}), replacing SGLang 0.5.23's stop-string check"
+STOCK = "SGLang keeps its stock stop-string check and detokenizer"
+
+
+@pytest.fixture(scope="module")
+def checked() -> dict[str, Any]:
+    env = {"DETOK_SGLANG_TOKENIZER": str(tokenizer_zoo.directory("qwen3"))}
+    done = sglang_run(["tests/support/sglang_plugin_checks.py", "everything"], env={**env, "HOME": os.environ.get("HOME", "")})
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+SAID = {
+    "on": ON_LINE.format("DETOK_PLUGIN=1"),
+    "sglang_plugins_names_it": ON_LINE.format("SGLANG_PLUGINS names detok_plugin"),
+    "off": f"detok-plugin: off (DETOK_PLUGIN=0); {STOCK}",
+    "mistaken_value": "detok-plugin: off (DETOK_PLUGIN='maybe' is not one of 1/0/true/false/yes/no/on/off; ignored)",
+    "unset": "detok-plugin: off (neither DETOK_PLUGIN=1 nor SGLANG_PLUGINS naming detok_plugin is set)",
+    "rust_server": "detok-plugin: NOT switched on (DETOK_PLUGIN=1): SGLANG_RUST_SERVER=1, so SGLang's Rust server detokenizes",
+}
+
+
+@pytest.mark.parametrize("setting", [*SAID, "sglang_plugins_leaves_it_out"])
+def test_load_plugins_puts_the_hooks_in_place_as_the_switch_says(checked: dict[str, Any], setting: str) -> None:
+    got = checked["load_plugins"][setting]
+    on = setting in ("on", "sglang_plugins_names_it")
+    assert got["hooks"] == {"check": on, "prefix": on, "detokenizer": on}
+    lines = got["stderr"].splitlines()
+    if setting == "sglang_plugins_leaves_it_out":  # SGLang never calls the plugin
+        assert lines == []
+        return
+    assert len(lines) == 1, lines  # one line per process, however often SGLang loads plugins
+    assert lines[0].startswith(f"[MainProcess] {SAID[setting]}"), lines
+    assert got["again"] is (True if on else None)
+
+
+def test_the_installed_sglang_keeps_the_contract(checked: dict[str, Any]) -> None:
+    assert checked["load_plugins"]["problems"] == []
+
+
+def test_a_changed_seam_keeps_sglang_stock_and_says_why(checked: dict[str, Any]) -> None:
+    got = checked["broken_contract"]
+    assert got["on"] is False
+    assert got["hooks"] == {"check": False, "prefix": False, "detokenizer": False}
+    assert "NOT switched on (DETOK_PLUGIN=1): SGLang 0.5.23 breaks the contract: Req._check_str_based_finish is not (self, new_accepted_len)" in got["stderr"]
+
+
+def test_a_stop_stream_that_raises_hands_its_request_to_stock(checked: dict[str, Any]) -> None:
+    got = checked["scheduler_hand_over"]
+    assert got["watch"] is None  # stock's check from then on
+    assert got["reason"] == {"type": "stop", "matched": "END"}
+    assert got["finished_at"] == got["expected_at"]
+    assert "SGLang's stock check serves the rest of this request" in got["logs"]
+    assert "RuntimeError: injected fault" in got["logs"]  # with the traceback
+
+
+def test_a_text_stream_that_raises_hands_its_request_to_stock(checked: dict[str, Any]) -> None:
+    got = checked["detokenizer_hand_over"]
+    assert got["texts"] == {"a": got["expected"], "b": got["expected"]}
+    assert "SGLang's stock detokenizer serves the rest of this request" in got["logs"]
+    assert got["left"] == [] and got["stock_left"] == []  # finished requests leave both states
+    assert got["capacity"] == 1 << 16  # stock's DETOKENIZER_MAX_STATES

@@ -1,0 +1,216 @@
+"""The SGLang plugin's switch, hooks, contract check and safety net, inside SGLang 0.5.23.
+
+Runs in ``.venv-sglang`` (called by ``tests/integrations/sglang/test_sglang_plugin.py``),
+one fresh interpreter per call: ``python tests/support/sglang_plugin_checks.py CHECK``
+prints one JSON object (``everything``: all of them, in one process). ``load_plugins`` calls SGLang's own ``load_plugins()`` (what every
+SGLang process calls first: the server's main process, the scheduler, the detokenizer, a
+data-parallel controller) under the environment it was given; the others drive the plugin's
+seams on SGLang's real ``Req`` and ``DetokenizerManager``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import sys
+from array import array
+from typing import Any
+
+from sglang_replay import byte_ids, enc
+
+STOP = "\n\nUser:"
+
+
+def _hooks() -> dict[str, bool]:
+    from detok_plugin.integrations.sglang import detokenizer, scheduler
+    from sglang.srt.managers.detokenizer_manager import DetokenizerManager
+    from sglang.srt.managers.schedule_batch import Req
+
+    return {
+        "check": vars(Req)["_check_str_based_finish"] is scheduler.check_str_based_finish,
+        "prefix": vars(Req)["check_match_stop_str_prefix"] is scheduler.check_match_stop_str_prefix,
+        "detokenizer": vars(DetokenizerManager)["_decode_batch_token_id_output"] is detokenizer.decode_batch_token_id_output,
+    }
+
+
+#: The switch's settings, each under SGLang's own ``load_plugins()`` in turn.
+SETTINGS = {
+    "on": {"DETOK_PLUGIN": "1"},
+    "off": {"DETOK_PLUGIN": "0"},
+    "sglang_plugins_names_it": {"SGLANG_PLUGINS": "detok_plugin"},
+    "sglang_plugins_leaves_it_out": {"DETOK_PLUGIN": "1", "SGLANG_PLUGINS": "some_other_plugin"},
+    "mistaken_value": {"DETOK_PLUGIN": "maybe"},
+    "unset": {},
+    "rust_server": {"DETOK_PLUGIN": "1", "SGLANG_RUST_SERVER": "1"},
+}
+
+
+def load_plugins() -> dict[str, Any]:
+    """Each setting of ``SETTINGS``: SGLang's ``load_plugins()`` twice (the second is its
+    own no-op), then, where the plugin is on, ``register()`` once more (a plugin called
+    again in one process says nothing new); what each left in place and said on stderr.
+    SGLang's once-per-process guard is reset between settings, and the plugin unregistered."""
+    import sglang.srt.plugins as plugins
+    from detok_plugin.integrations.sglang import contract_problems, register, unregister
+
+    results = {}
+    for name, env in SETTINGS.items():
+        for key in ("DETOK_PLUGIN", "SGLANG_PLUGINS", "SGLANG_RUST_SERVER"):
+            os.environ.pop(key, None)
+        os.environ.update(env)
+        unregister()
+        plugins._plugins_loaded = False
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            plugins.load_plugins()
+            plugins.load_plugins()
+            hooks = _hooks()
+            again = register() if all(hooks.values()) else None
+        results[name] = {"hooks": hooks, "stderr": err.getvalue(), "again": again}
+    results["problems"] = contract_problems()
+    unregister()
+    for key in ("DETOK_PLUGIN", "SGLANG_PLUGINS", "SGLANG_RUST_SERVER"):
+        os.environ.pop(key, None)
+    os.environ["DETOK_PLUGIN"] = "1"
+    return results
+
+
+def broken_contract() -> dict[str, Any]:
+    """An SGLang whose stop check changed shape: one error line, SGLang left stock."""
+    from detok_plugin.integrations.sglang import register, unregister
+    from sglang.srt.managers.schedule_batch import Req
+
+    unregister()
+    logging.getLogger("sglang.detok_plugin").handlers.clear()  # the hand-over checks' capture
+
+    def changed(self: Any, new_accepted_len: int = 1, *, extra: bool = False) -> bool:
+        return False
+
+    Req._check_str_based_finish = changed
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        on = register()
+    return {"on": on, "stderr": err.getvalue(), "hooks": _hooks()}
+
+
+def _tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(os.environ["DETOK_SGLANG_TOKENIZER"])
+    tok.additional_stop_token_ids = None
+    return tok
+
+
+def _req(tok: Any, name: str, stop: list[str] | None) -> Any:
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    sp = SamplingParams(max_new_tokens=64, stop=stop)
+    sp.normalize(tok)
+    req = Req(name, "", array("q", enc(tok, "Q: ")), sp, stream=True, eos_token_ids={tok.eos_token_id}, vocab_size=len(tok))
+    req.tokenizer = tok
+    return req
+
+
+class _Raises:
+    """A stream that fails on its next push (a bug in the core, simulated); all else is
+    the real stream's."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def push_text(self, token_id: int) -> str:
+        raise RuntimeError("injected fault")
+
+
+def scheduler_hand_over() -> dict[str, Any]:
+    """A request whose stop stream raises goes on under SGLang's stock check, logged; it
+    still ends at a stop stock can see."""
+    from detok_plugin.integrations.sglang import register
+
+    register()
+    tok = _tokenizer()
+    req = _req(tok, "faulty", ["END"])
+    ids = enc(tok, "one two") + enc(tok, " three END four")
+    logs = io.StringIO()
+    logging.getLogger("sglang.detok_plugin").addHandler(logging.StreamHandler(logs))
+    finished_at = None
+    for step, token_id in enumerate(ids):
+        req.output_ids.append(token_id)
+        if step == 2:
+            req._detok_plugin_stops = _Raises(req._detok_plugin_stops)
+        req.update_finish_state()
+        req.check_match_stop_str_prefix()
+        if req.finished():
+            finished_at = step + 1
+            break
+    return {
+        "finished_at": finished_at, "reason": req.finished_reason.to_json() if req.finished_reason else None,
+        "watch": req._detok_plugin_stops, "logs": logs.getvalue(), "expected_at": len(enc(tok, "one two three END")),
+    }
+
+
+def detokenizer_hand_over() -> dict[str, Any]:
+    """A request whose text stream raises goes on under SGLang's stock detokenizer, logged,
+    and its joined text is still the whole decode; the other request of the batch is not
+    touched; finished requests leave the plugin's state, as they leave stock's."""
+    import types
+
+    from detok_plugin.integrations.sglang import register
+    from sglang.srt.managers.detokenizer_manager import DetokenizerManager, LimitedCapacityDict
+
+    register()
+    tok = _tokenizer()
+    m = DetokenizerManager.__new__(DetokenizerManager)
+    m.tokenizer, m.vocab_size = tok, len(tok)
+    m.decode_status = LimitedCapacityDict(capacity=1 << 16)
+    m.disable_tokenizer_batch_decode = False
+    m.is_tool_call_parser_gpt_oss = False
+    m.tool_close_token_ids = frozenset()
+    context = enc(tok, "Q: ")
+    ids = enc(tok, "Hi ") + byte_ids(tok, "你好🫨".encode()) + enc(tok, " ok")
+    texts = {"a": "", "b": ""}
+    logs = io.StringIO()
+    logging.getLogger("sglang.detok_plugin").addHandler(logging.StreamHandler(logs))
+    for step, token_id in enumerate(ids):
+        last = step == len(ids) - 1
+        batch = types.SimpleNamespace(
+            rids=["a", "b"], decoded_texts=["", ""],
+            decode_ids=[(context if step == 0 else []) + [token_id]] * 2,
+            read_offsets=[len(context)] * 2,
+            finished_reasons=[{"type": "length", "length": len(ids)} if last else None] * 2,
+            no_stop_trim=[False] * 2, skip_special_tokens=[True] * 2, spaces_between_special_tokens=[True] * 2,
+        )
+        if step == 4:  # inside 你好's bytes
+            m._detok_plugin_texts["a"].stream = _Raises(m._detok_plugin_texts["a"].stream)
+        for rid, text in zip(batch.rids, m._decode_batch_token_id_output(batch)):
+            texts[rid] += text
+    expected = tok.decode(context + ids, skip_special_tokens=True)[len(tok.decode(context, skip_special_tokens=True)) :]
+    return {
+        "texts": texts, "expected": expected, "logs": logs.getvalue(),
+        "left": sorted(m._detok_plugin_texts), "stock_left": sorted(m.decode_status),
+        "capacity": m._detok_plugin_texts.capacity,
+    }
+
+
+def everything() -> dict[str, Any]:
+    """Every check, in one process (SGLang imports once): the broken contract last."""
+    os.environ["DETOK_PLUGIN"] = "1"
+    return {
+        "load_plugins": load_plugins(),
+        "scheduler_hand_over": scheduler_hand_over(),
+        "detokenizer_hand_over": detokenizer_hand_over(),
+        "broken_contract": broken_contract(),
+    }
+
+
+CHECKS = {f.__name__: f for f in (load_plugins, broken_contract, scheduler_hand_over, detokenizer_hand_over, everything)}
+
+if __name__ == "__main__":
+    print(json.dumps(CHECKS[sys.argv[1]](), default=repr))
