@@ -88,7 +88,7 @@ def vllm(c: Case, t: Tok) -> list[str]:
     want = reference(o, opts, None, c.skip)
     if not isinstance(want.stop_reason, str):  # ended by the engine: vLLM drops a cut character
         k_text = next(k for k in (want.taken, want.taken - 1) if k >= 0 and o.text(k) == want.text)
-        want = want._replace(text=whole(o, k_text, t.tok))
+        want = want._replace(text=whole(o, k_text, t.tok, c.skip))
     params = SamplingParams(
         n=1, max_tokens=len(out), output_kind=kind, stop=list(c.stops), include_stop_str_in_output=c.include,
         min_tokens=m, skip_special_tokens=c.skip, spaces_between_special_tokens=c.spaces,

@@ -92,7 +92,7 @@ class Oracle:
         return got
 
 
-def whole(o: Oracle, k: int, tok: Any) -> str:
+def whole(o: Oracle, k: int, tok: Any, skip: bool) -> str:
     """What a server shows for the first ``k`` ids when it ends there (``max_tokens``, a stop
     token, EOS): ``text(k)`` less a last character no id completed, which the decode renders
     as U+FFFD and a stock detokenizer never releases (the core's ``drop_incomplete``).
@@ -105,8 +105,11 @@ def whole(o: Oracle, k: int, tok: Any) -> str:
     if not text.endswith("\ufffd"):
         return text
     run = []
-    j = k
-    while j > 0 and (piece := tok.convert_ids_to_tokens(o.out[j - 1])).startswith("<0x") and len(piece) == 6:
+    special = set(tok.all_special_ids) if skip else set()
+    # A run the prompt began is one run with the output's bytes; a skipped id is not there.
+    ids = [i for i in o.prompt + o.out[:k] if i not in special]
+    j = len(ids)
+    while j > 0 and (piece := tok.convert_ids_to_tokens(ids[j - 1])).startswith("<0x") and len(piece) == 6:
         run.append(int(piece[3:5], 16))
         j -= 1
     if not run:  # byte-level (or no byte run): drop what does not settle
@@ -119,7 +122,14 @@ def whole(o: Oracle, k: int, tok: Any) -> str:
     except UnicodeDecodeError:
         return text  # an invalid byte: the run is U+FFFD whatever follows
     dangling = len(decoder.getstate()[0])
-    return o.text(k - dangling) if dangling else text
+    if not dangling:
+        return text
+    out = list(o.out[:k])
+    for n in range(len(out) - 1, -1, -1):  # leave out the last ``dangling`` byte ids
+        if dangling and out[n] not in special:
+            del out[n]
+            dangling -= 1
+    return o.expected(out)
 
 
 # --- modes: where each part of a text goes ------------------------------------------------
