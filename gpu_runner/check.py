@@ -102,8 +102,7 @@ def _events(reply: Any) -> Iterator[dict[str, Any]]:
         yield json.loads(data)
 
 
-def stream(base_url: str, model: str, case: Case, timeout: float = 300.0) -> Streamed:
-    """One streamed request with the token ids of every delta."""
+def _request(base_url: str, model: str, case: Case) -> urllib.request.Request:
     params = {"temperature": 0.0, **dict(case.params)}
     body: dict[str, Any] = {"model": model, "stream": True, "return_token_ids": True, **params}
     if case.chat:
@@ -111,20 +110,29 @@ def stream(base_url: str, model: str, case: Case, timeout: float = 300.0) -> Str
     else:
         body["prompt"] = list(case.prompt) if isinstance(case.prompt, tuple) else case.prompt
     path = "/chat/completions" if case.chat else "/completions"
-    request = urllib.request.Request(
+    return urllib.request.Request(
         base_url.rstrip("/") + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"},
     )
+
+
+def _take(out: Streamed, event: dict[str, Any], chat: bool) -> None:
+    """One event's choices into ``out`` (the prompt's ids come with the first)."""
+    out.prompt_ids = out.prompt_ids or list(event.get("prompt_token_ids") or [])
+    for c in event.get("choices") or []:
+        out.prompt_ids = out.prompt_ids or list(c.get("prompt_token_ids") or [])
+        text = ((c.get("delta") or {}).get("content") or "") if chat else (c.get("text") or "")
+        choice = out.choices.setdefault(c["index"], Choice())
+        choice.deltas.append((text, list(c.get("token_ids") or [])))
+        if c.get("finish_reason") is not None:
+            choice.finish_reason, choice.stop_reason = c["finish_reason"], c.get("stop_reason")
+
+
+def stream(base_url: str, model: str, case: Case, timeout: float = 300.0) -> Streamed:
+    """One streamed request with the token ids of every delta."""
     out = Streamed([], {})
-    with urllib.request.urlopen(request, timeout=timeout) as reply:
+    with urllib.request.urlopen(_request(base_url, model, case), timeout=timeout) as reply:
         for event in _events(reply):
-            out.prompt_ids = out.prompt_ids or list(event.get("prompt_token_ids") or [])
-            for c in event.get("choices") or []:
-                out.prompt_ids = out.prompt_ids or list(c.get("prompt_token_ids") or [])
-                text = ((c.get("delta") or {}).get("content") or "") if case.chat else (c.get("text") or "")
-                choice = out.choices.setdefault(c["index"], Choice())
-                choice.deltas.append((text, list(c.get("token_ids") or [])))
-                if c.get("finish_reason") is not None:
-                    choice.finish_reason, choice.stop_reason = c["finish_reason"], c.get("stop_reason")
+            _take(out, event, case.chat)
     if not out.prompt_ids or not any(c.ids for c in out.choices.values()):
         raise ValueError(f"{base_url} returned no token ids: detok-plugin check needs a server that "
                          "honours return_token_ids (vLLM 0.10.2 or later)")
