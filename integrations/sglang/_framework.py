@@ -56,9 +56,8 @@ class Seams(NamedTuple):
     Req: Any  # sglang.srt.managers.schedule_batch.Req
     FINISH_MATCHED_STR: Any  # its finish reason for a matched stop string
     DetokenizerManager: Any  # sglang.srt.managers.detokenizer_manager.DetokenizerManager
-    LimitedCapacityDict: Any  # the detokenizer's state dict (evicts the oldest at capacity)
     DecodeStatus: Any  # stock's per-request detokenizer state (a request handed over)
-    max_states: int  # its capacity (SGLANG_DETOKENIZER_MAX_STATES)
+    max_states: int  # the capacity of its state dict (SGLANG_DETOKENIZER_MAX_STATES)
 
 
 @functools.cache  # an ImportError is not cached: the next call tries again
@@ -73,7 +72,6 @@ def seams() -> Seams:
         schedule_batch.Req,
         schedule_batch.FINISH_MATCHED_STR,
         detokenizer_manager.DetokenizerManager,
-        detokenizer_manager.LimitedCapacityDict,
         detokenizer_manager.DecodeStatus,
         int(getattr(detokenizer_manager, "DETOKENIZER_MAX_STATES", 1 << 16)),
     )

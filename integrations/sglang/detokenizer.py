@@ -118,14 +118,27 @@ class RequestText:
 #: A request id handed to stock (its ``DecodeStatus`` is in stock's ``decode_status``).
 _STOCK_SERVES: Any = object()
 
-#: The manager's attribute that holds its texts, by rid (a ``LimitedCapacityDict`` like
-#: stock's ``decode_status``, of the same capacity).
+#: The manager's attribute that holds its texts, by rid (:class:`Texts`).
 TEXTS = "_detok_plugin_texts"
 
 
-def _texts(manager: Any) -> Any:
-    s = _framework.seams()
-    texts = s.LimitedCapacityDict(capacity=s.max_states)
+class Texts(dict[str, Any]):
+    """Texts by rid, evicted as stock evicts its ``decode_status`` (a ``LimitedCapacityDict``
+    of ``SGLANG_DETOKENIZER_MAX_STATES``: at capacity, the oldest goes first); a plain dict
+    underneath, whose ``get`` costs what a dict's does."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self and len(self) >= self.capacity:
+            del self[next(iter(self))]
+        super().__setitem__(key, value)
+
+
+def _texts(manager: Any) -> Texts:
+    texts = Texts(_framework.seams().max_states)
     setattr(manager, TEXTS, texts)
     return texts
 
@@ -139,27 +152,31 @@ def decode_batch_token_id_output(self: Any, recv_obj: Any) -> list[str]:
     decode_ids = recv_obj.decode_ids
     reasons = recv_obj.finished_reasons
     out: list[str] = []
-    slow: list[int] = []
+    slow: list[int] | None = None
+    common = RequestText
     for i, rid in enumerate(recv_obj.rids):
         text = texts.get(rid)
         ids = decode_ids[i]
-        if text.__class__ is RequestText and reasons[i] is None and len(ids) == 1:
+        if text.__class__ is common and reasons[i] is None and len(ids) == 1:
             stream = text.stream
             before = len(stream.token_ids)
             try:  # the common step, inline: one id of a live request
                 piece = stream.push_text(ids[0])
             except Exception as exc:
                 _hand_over(self, texts, text, recv_obj, i, exc, before)
-                out.append("")
-                slow.append(i)
-                continue
+                piece = None
             if piece:
                 text.pieces.append(piece)
-            out.append(piece)
-        else:
-            out.append("")
-            slow.append(i)
-    if slow:
+                out.append(piece)
+                continue
+            if piece is not None:
+                out.append(piece)
+                continue
+        out.append("")
+        if slow is None:
+            slow = []
+        slow.append(i)
+    if slow is not None:
         _slow_rows(self, recv_obj, texts, slow, out)
     return out
 
