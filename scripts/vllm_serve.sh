@@ -5,6 +5,7 @@
 #   bash scripts/vllm_serve.sh on  [--port 8000] [more vLLM arguments]
 #   bash scripts/vllm_serve.sh off [--port 8001]
 #   bash scripts/vllm_serve.sh absent ...   # the plugin is never loaded (VLLM_PLUGINS names no plugin)
+#   bash scripts/vllm_serve.sh on --api-server-count 2   # two API-server processes (vllm serve)
 #
 # It runs in the foreground; stop it with Ctrl-C. The settings are those seen to work on a
 # 2-core CPU machine: 1 GiB of KV cache, float32, eager mode, default thread binding.
@@ -27,7 +28,11 @@ MODEL="$("$VENV/bin/python" -m detok_plugin.gpu_runner.convert)"
 export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
 # vLLM imports from the working directory first: start it from one with no .py files.
 cd "$(mktemp -d)"
-# vllm-cpu's `vllm` console script fails on its distribution name; the module works.
-exec "$VENV/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL" \
-    --served-model-name smollm2 --host 127.0.0.1 --dtype float32 --max-model-len 2048 \
-    --enforce-eager "$@"
+COMMON=(--served-model-name smollm2 --host 127.0.0.1 --dtype float32 --max-model-len 2048 --enforce-eager)
+# vllm-cpu's `vllm` console script fails on its distribution name; the API server module
+# works, and for several API-server processes (only `vllm serve` starts them) so does
+# scripts/vllm_cli.py, which answers that name.
+case " $* " in
+    *" --api-server-count "*) exec "$VENV/bin/python" "$ROOT/scripts/vllm_cli.py" serve "$MODEL" "${COMMON[@]}" "$@" ;;
+    *) exec "$VENV/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL" "${COMMON[@]}" "$@" ;;
+esac
