@@ -23,10 +23,12 @@ exec 9>"$VENV.lock"
 flock 9
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 LOG="$VENV/setup.log"
-pip_() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" >>"$LOG" 2>&1 || { cat "$LOG" >&2; exit 1; }; }
+# --no-compile: Python compiles what SGLang imports on first use; compiling every file of
+# torch, triton and sglang at install took most of the install's CPU time.
+pip_() { "$VENV/bin/python" -m pip --disable-pip-version-check -q "$@" --no-compile >>"$LOG" 2>&1 || { cat "$LOG" >&2; exit 1; }; }
 STAMP="$VENV/.detok-sglang-$(sha1sum scripts/setup_sglang.sh | cut -c1-12)"
 if [ ! -f "$STAMP" ]; then
-    say "installing sglang 0.5.23 into $VENV (first run only; about a minute)"
+    say "installing sglang 0.5.23 into $VENV (first run only; a few minutes)"
     WORK="$(mktemp -d)"
     trap 'rm -rf "$WORK"' EXIT
     # torch is pinned for every step: a bare or ranged torch would pull CUDA builds.

@@ -32,11 +32,11 @@ SCRIPT_DIR = REPO / "tests" / "support" / "sglang_script"
 
 @functools.cache
 def model_dir() -> Path:
-    """SmolLM2-135M-Instruct as safetensors (converted once, cached)."""
-    done = subprocess.run(
-        ["bash", "scripts/setup_vllm_engine.sh"], cwd=REPO, capture_output=True, text=True, check=True, timeout=1800
-    )
-    return Path(done.stdout.strip().splitlines()[-1])
+    """SmolLM2-135M-Instruct as safetensors: the directory ``scripts/setup_vllm_engine.sh``
+    prints (converted once and cached by the runner; read here without a shell)."""
+    from detok_plugin.gpu_runner.convert import default_model_directory
+
+    return default_model_directory(progress=None)
 
 
 def scripted_processor() -> str:
@@ -99,7 +99,7 @@ class Server:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
-                self.proc.wait(timeout=20)
+                self.proc.wait(timeout=3)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=20)
