@@ -18,7 +18,9 @@ request's setup (its streams, built on its first call) inside the timed run. The
 rounds alternate stock and plugin (``--repeats`` each, after a warm-up round each); each
 figure is the median round's nanoseconds of CPU time (``process_time_ns``: load on the
 shared machine falls outside it) per token (per request and id), the ratio plugin
-over stock. The texts and finishes of both are checked equal in the warm-up round.
+over stock; "whole" counts every step (each request's setup on its first step, its end on
+its last), "steady" the steps between. The texts and finishes of both are checked equal in
+the warm-up round.
 
 Run (SGLang lives in ``.venv-sglang``, ``scripts/setup_sglang.sh``)::
 
@@ -65,17 +67,23 @@ def requests(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> 
     return out
 
 
-def run_scheduler(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> tuple[int, list[Any]]:
-    """Nanoseconds for every request's checks over every step, and each request's finish."""
+def run_scheduler(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> tuple[tuple[int, int], list[Any]]:
+    """Nanoseconds for every request's checks over every step, and over the steps between
+    the first (each request's setup) and the last; each request's finish."""
     reqs = requests(tok, ids, stops, prompt)
     pairs = list(zip(reqs, ids))
-    t0 = time.process_time_ns()  # one clock read per run: a read costs about what a check does
-    for step in range(len(ids[0])):
+    n = len(ids[0])
+    marks = []
+    t0 = time.process_time_ns()  # a clock read per phase: a read costs about what a check does
+    for step in range(n):
+        if step in (1, n - 1):
+            marks.append(time.process_time_ns())
         for req, out in pairs:
             req.output_ids.append(out[step])
             req._check_str_based_finish(1)
             req.check_match_stop_str_prefix()
-    return time.process_time_ns() - t0, [req.finished_reason for req in reqs]
+    total = time.process_time_ns() - t0
+    return (total, marks[1] - marks[0]), [req.finished_reason for req in reqs]
 
 
 def payloads(ids: list[list[int]], prompt: list[int]) -> list[Any]:
@@ -107,14 +115,19 @@ def manager(tok: Any) -> Any:
     return m
 
 
-def run_detokenizer(tok: Any, steps: list[Any]) -> tuple[int, list[str]]:
-    """Nanoseconds for every step's batch, and each request's text."""
+def run_detokenizer(tok: Any, steps: list[Any]) -> tuple[tuple[int, int], list[str]]:
+    """Nanoseconds for every step's batch, and for the steps between the first (each
+    request's setup) and the last (each request's end); each request's text."""
     m = manager(tok)
     decode = m._decode_batch_token_id_output
     t0 = time.process_time_ns()
-    deltas = [decode(payload) for payload in steps]
-    elapsed = time.process_time_ns() - t0
-    return elapsed, ["".join(parts) for parts in zip(*deltas)]
+    first = decode(steps[0])
+    t1 = time.process_time_ns()
+    middle = [decode(payload) for payload in steps[1:-1]]
+    t2 = time.process_time_ns()
+    last = decode(steps[-1])
+    t3 = time.process_time_ns()
+    return (t3 - t0, t2 - t1), ["".join(parts) for parts in zip(first, *middle, last)]
 
 
 def timed(fn: Any, *args: Any) -> tuple[int, Any]:
@@ -126,9 +139,10 @@ def timed(fn: Any, *args: Any) -> tuple[int, Any]:
         gc.enable()
 
 
-def measure(label: str, fn: Any, args: tuple[Any, ...], per: int, repeats: int) -> tuple[float, float]:
-    """Median ns per token of stock and plugin, alternating rounds; outputs checked equal."""
-    rounds: dict[bool, list[int]] = {False: [], True: []}
+def measure(label: str, fn: Any, args: tuple[Any, ...], per: int, steady_per: int, repeats: int) -> list[float]:
+    """Median ns per token of stock and plugin, whole and steady, alternating rounds;
+    outputs checked equal."""
+    rounds: dict[bool, list[tuple[int, int]]] = {False: [], True: []}
     seen = {}
     for n in range(repeats + 1):
         for on in (False, True):
@@ -141,7 +155,12 @@ def measure(label: str, fn: Any, args: tuple[Any, ...], per: int, repeats: int) 
     shim.unregister()
     if seen[False] != seen[True]:
         raise SystemExit(f"{label}: the plugin's output differs from stock's")
-    return statistics.median(rounds[False]) / per, statistics.median(rounds[True]) / per
+    return [
+        statistics.median(r[0] for r in rounds[False]) / per,
+        statistics.median(r[0] for r in rounds[True]) / per,
+        statistics.median(r[1] for r in rounds[False]) / steady_per,
+        statistics.median(r[1] for r in rounds[True]) / steady_per,
+    ]
 
 
 def qwen3() -> Any:
@@ -167,14 +186,23 @@ def main() -> None:
     rows = []
     for batch in (1, 32):
         ids = streams(tok, batch, args.tokens)
-        per = batch * args.tokens
+        per, steady = batch * args.tokens, batch * (args.tokens - 2)
         for stops in (False, True):
-            stock, plugin = measure("scheduler", run_scheduler, (tok, ids, stops, prompt), per, args.repeats)
-            rows.append(["scheduler stop check", batch, "4" if stops else "none", f"{stock:,.0f}", f"{plugin:,.0f}", f"{plugin / stock:.3f}x"])
-        stock, plugin = measure("detokenizer", run_detokenizer, (tok, payloads(ids, prompt)), per, args.repeats)
-        rows.append(["detokenizer step", batch, "(scheduler's)", f"{stock:,.0f}", f"{plugin:,.0f}", f"{plugin / stock:.3f}x"])
-    print(f"SGLang 0.5.23, Qwen3 tokenizer, {args.tokens} ids per request, median of {args.repeats} rounds; ns per token")
-    print(table(rows, ["part", "batch", "stops", "stock ns/token", "plugin ns/token", "plugin / stock"]))
+            got = measure("scheduler", run_scheduler, (tok, ids, stops, prompt), per, steady, args.repeats)
+            rows.append(["scheduler stop check", batch, "4" if stops else "none", *_cells(got)])
+        got = measure("detokenizer", run_detokenizer, (tok, payloads(ids, prompt)), per, steady, args.repeats)
+        rows.append(["detokenizer step", batch, "(scheduler's)", *_cells(got)])
+    print(f"SGLang 0.5.23, Qwen3 tokenizer, {args.tokens} ids per request, median of {args.repeats} rounds; CPU ns per token")
+    print("(whole: every step, each request's setup and end included; steady: the steps between)")
+    print(table(rows, ["part", "batch", "stops", "stock", "plugin", "plugin / stock", "stock steady", "plugin steady", "steady ratio"]))
+
+
+def _cells(got: list[float]) -> list[str]:
+    stock, plugin, stock_steady, plugin_steady = got
+    return [
+        f"{stock:,.0f}", f"{plugin:,.0f}", f"{plugin / stock:.3f}x",
+        f"{stock_steady:,.0f}", f"{plugin_steady:,.0f}", f"{plugin_steady / stock_steady:.3f}x",
+    ]
 
 
 if __name__ == "__main__":
