@@ -13,7 +13,7 @@ context ids as its prompt: each id's text leaves the moment its characters are c
 once, and the finished request's last delta is what the full decode adds, cut at the stop as
 stock cuts it (the same ``trim_matched_stop`` rules: a stop token dropped unless
 ``no_stop_trim`` or a tool-close token; a stop string cut at its first occurrence). The
-streams live in a dictionary of the same kind and capacity as stock's ``decode_status``
+streams live in a dictionary of the same capacity as stock's ``decode_status``
 (the oldest evicted first) and leave it when the request finishes, as stock's states do.
 
 What stays SGLang's: a request whose first payload carries text already decoded
