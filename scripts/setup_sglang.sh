@@ -18,8 +18,10 @@ cd "$(dirname "$0")/.."
 VENV="${DETOK_SGLANG_VENV:-.venv-sglang}"
 PY="${PYTHON:-python3}"
 say() { echo "sglang: $*" >&2; }
-# One installer at a time (test modules may ask for it at once).
-exec 9>"$VENV.lock"
+# One installer at a time (test modules may ask for it at once); the lock lives in the venv's
+# directory, which .gitignore covers.
+mkdir -p "$VENV"
+exec 9>"$VENV/.setup.lock"
 flock 9
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 LOG="$VENV/setup.log"
