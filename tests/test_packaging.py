@@ -20,7 +20,7 @@ ENGINE_PYTHON = Path(os.environ.get("DETOK_VLLM_VENV", ROOT / ".venv-vllm")) / "
 PACKAGES = (
     "detok_plugin", "detok_plugin/families", "detok_plugin/integrations", "detok_plugin/integrations/common",
     "detok_plugin/integrations/vllm", "detok_plugin/integrations/tgi", "detok_plugin/integrations/transformers",
-    "detok_plugin/gpu_runner",
+    "detok_plugin/integrations/sglang", "detok_plugin/gpu_runner",
 )
 HOOKS = ("detok_plugin_transformers.pth", "detok_plugin_tgi.pth")
 ENGINES = ("vllm", "torch", "transformers", "tokenizers", "text-generation-server", "sglang")
@@ -88,7 +88,9 @@ def test_the_wheel_holds_every_package_the_hooks_and_the_entry_point(dist: Path)
         if extra in ("vllm", "transformers", "tgi", "sglang"):
             assert name not in ENGINES, f"the [{extra}] extra would install or change an engine: {req}"
     [eps] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
-    assert "detok_plugin = detok_plugin.integrations.vllm:register" in zipfile.ZipFile(_wheel(dist)).read(eps).decode()
+    entry_points = zipfile.ZipFile(_wheel(dist)).read(eps).decode()
+    assert "detok_plugin = detok_plugin.integrations.vllm:register" in entry_points
+    assert "[sglang.srt.plugins]" in entry_points and "detok_plugin.integrations.sglang" in entry_points
 
 
 def test_the_sdist_builds_the_same_package(dist: Path) -> None:
