@@ -74,6 +74,9 @@ quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" "fastapi>=0.133,<0.137" "llguidan
     partial-json-parser "jsonschema>=4.23" "pydantic-extra-types[pycountry]" einops pytest-asyncio
 # vLLM's own Qwen3 reasoning parser, compared with detok's (tests/integrations/vllm/test_vllm_chat.py).
 quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" ijson
+# CanIToolCall's fixtures, checks and pytest plugin (tests/conformance/, benchmarks/bench_conformance.py).
+# Its two dependencies are here already: jinja2 (torch's) and jsonschema (above).
+quiet "${PIP[@]}" install -q --no-deps canitoolcall==0.1.1
 # detok-plugin serve, and its page checked in a real browser (tests/runner/test_serve_browser.py):
 # Debian's chromium driven by playwright (pip's playwright cannot download a browser here).
 step "serve (starlette, uvicorn), playwright, Debian's chromium"
