@@ -19,6 +19,7 @@ deepseek_v31 (same as deepseek_r1)  (same as deepseek_r1)          deepseek_v31 
 kimi_k2    ``<think>``/``</think>`` ``<|tool_calls_section_begin|>`` kimi_k2 (kimi_k2)
 qwen3_coder ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` qwen3_coder (qwen3_xml)
 glm45      ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` glm45 (glm45)
+glm47      (same as glm45)          (same as glm45)                glm47 (glm45)
 ========== ======================== ============================== =====================
 
 Adding a family: one module that builds a ``FAMILY``, and one entry in :data:`FAMILIES`
@@ -30,7 +31,7 @@ every chunking and checks what was sent against the parse (``tests/families/``).
 
 from __future__ import annotations
 
-from . import deepseek_r1, deepseek_v31, glm45, hermes, kimi_k2, llama3, mistral, qwen3_coder
+from . import deepseek_r1, deepseek_v31, glm45, glm47, hermes, kimi_k2, llama3, mistral, qwen3_coder
 from ._format import BodyReader, Event, Family, Preset, ToolFormat, Tools
 from ._json_reader import Dialect, JsonBodyReader, may_become_head
 
@@ -62,6 +63,7 @@ FAMILIES: tuple[Family, ...] = (
     kimi_k2.FAMILY,
     qwen3_coder.FAMILY,
     glm45.FAMILY,
+    glm47.FAMILY,
 )
 
 _FORMATS: dict[str, ToolFormat] = {}
