@@ -383,4 +383,6 @@ def live_tags(tags: TagSet, reasoning: bool, tools: bool) -> TagSet | None:
         tags.tool_open if tools else None,
         tags.tool_close if tools else None,
         tags.tool_format,
+        tags.tool_bare if tools else None,
+        tags.bare_at_start,
     )

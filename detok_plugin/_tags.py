@@ -21,7 +21,11 @@ __all__ = ["TagSet", "ToolCall"]
 
 @dataclass(frozen=True, slots=True)
 class TagSet:
-    """The markers of one model family. ``tool_close=None`` means the body runs to the end."""
+    """The markers of one model family. ``tool_close=None`` means the body runs to the end.
+
+    ``tool_bare``: text that opens a body without ``tool_open`` and stays part of it
+    (``Preset.bare_open``); ``bare_at_start``: only before any other text of the reply.
+    """
 
     name: str = "custom"
     reasoning_open: str | None = None
@@ -29,12 +33,14 @@ class TagSet:
     tool_open: str | None = None
     tool_close: str | None = None
     tool_format: str = "hermes"  # a name in detok_plugin.families
+    tool_bare: str | None = None
+    bare_at_start: bool = False
 
     @classmethod
     def preset(cls, name: str) -> TagSet:
         """The markers of a registered family's preset (``detok_plugin.families``)."""
         p, fmt = families.preset(name)
-        return cls(p.name, p.reasoning_open, p.reasoning_close, p.tool_open, p.tool_close, fmt.name)
+        return cls(p.name, p.reasoning_open, p.reasoning_close, p.tool_open, p.tool_close, fmt.name, p.bare_open, p.bare_at_start)
 
     @classmethod
     def presets(cls) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
-__all__ = ["BodyReader", "Event", "Family", "Preset", "ToolFormat", "Tools"]
+__all__ = ["BodyReader", "Event", "Family", "Preset", "ToolFormat", "Tools", "markers_count"]
 
 #: One thing a reader makes safe to send: (call number within the body, the call's name
 #: when it is first known, a piece of its ``arguments`` JSON).
@@ -38,15 +38,28 @@ class BodyReader(Protocol):
     def feed(self, text: str) -> list[Event]: ...
 
 
+def markers_count(body: str) -> bool:
+    """A format's ``marker_is_text`` where no text position is known: every marker counts."""
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class Preset:
-    """The markers one model family writes; ``tool_close=None``: a body runs to the end."""
+    """The markers one model family writes; ``tool_close=None``: a body runs to the end.
+
+    ``bare_open``: text that opens a body without ``tool_open`` and stays part of it, for a
+    model that leaves the opener out (Qwen3-Coder's ``<function=``, Llama 3's JSON call
+    written without ``<|python_tag|>``); ``bare_at_start``: only where nothing but
+    whitespace came before it in the reply (a JSON answer later in a reply is text).
+    """
 
     name: str
     reasoning_open: str | None
     reasoning_close: str | None
     tool_open: str | None
     tool_close: str | None
+    bare_open: str | None = None
+    bare_at_start: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +72,12 @@ class ToolFormat:
     XML formats). ``keeps_special_tokens``: the body's markers are special tokens, so a
     request with tools must keep special tokens in its text. ``call_id``: makes the only
     tool-call ids the family's chat template accepts back; None: any id (the server's own).
+
+    ``marker_is_text(body)``: whether a marker that starts right after ``body`` (the body's
+    text so far) is text of a value, not a marker: inside a JSON string, or inside an XML
+    parameter value. It is the one boundary rule for markers in bodies: the core asks it
+    before a tool close tag ends a body, and the finished parse and the readers split a
+    body by it.
     """
 
     name: str
@@ -67,6 +86,7 @@ class ToolFormat:
     typed_by_schema: bool = False
     keeps_special_tokens: bool = False
     call_id: Callable[[], str] | None = None
+    marker_is_text: Callable[[str], bool] = markers_count
 
 
 @dataclass(frozen=True, slots=True)

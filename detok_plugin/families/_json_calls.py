@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["args_json", "call_blocks", "named_call"]
+__all__ = ["args_json", "call_blocks", "in_json_string", "named_call", "split_outside_strings"]
 
 
 def args_json(value: Any) -> str:
@@ -13,10 +13,56 @@ def args_json(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
+def in_json_string(body: str) -> bool:
+    """Whether the end of ``body`` is inside a JSON string (the ``marker_is_text`` of the
+    formats whose arguments are JSON): a marker there is text of a value.
+
+    >>> in_json_string('{"text": "Use </tool_call')
+    True
+    >>> in_json_string(r'{"text": "a \\"quoted\\" word"} ')
+    False
+    """
+    return _after_quotes(body, 0, len(body), False)
+
+
+def split_outside_strings(body: str, marker: str) -> list[str]:
+    """``body.split(marker)``, but a ``marker`` inside a JSON string does not split."""
+    parts: list[str] = []
+    start = at = 0
+    inside = False
+    while (found := body.find(marker, at)) >= 0:
+        inside = _after_quotes(body, at, found, inside)
+        if not inside:
+            parts.append(body[start:found])
+            start = found + len(marker)
+        at = found + len(marker)
+        if inside:
+            inside = _after_quotes(body, found, at, inside)
+    parts.append(body[start:])
+    return parts
+
+
+def _after_quotes(text: str, start: int, end: int, inside: bool) -> bool:
+    """Whether a JSON string is open at ``end``, given whether one was at ``start``: each
+    quote not escaped inside a string flips it (a backslash escapes only inside one)."""
+    i = text.find('"', start, end)
+    while i >= 0:
+        if inside:
+            k = i
+            while k > start and text[k - 1] == "\\":
+                k -= 1
+            inside = (i - k) % 2 == 1
+        else:
+            inside = True
+        i = text.find('"', i + 1, end)
+    return inside
+
+
 def call_blocks(body: str, begin: str, end: str) -> list[str]:
     """The text of each call in a body of marked calls (``begin`` ... ``end``, the end
-    marker optional at the body's end); ``ValueError`` when there is none."""
-    blocks = [block.split(end)[0] for block in body.split(begin)[1:]]
+    marker optional at the body's end); ``ValueError`` when there is none. A marker inside
+    a JSON string is text, not a marker (``in_json_string``)."""
+    blocks = [split_outside_strings(block, end)[0] for block in split_outside_strings(body, begin)[1:]]
     if not blocks:
         raise ValueError(f"no {begin} block in the body")
     return blocks
