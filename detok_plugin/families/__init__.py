@@ -20,6 +20,8 @@ kimi_k2    ``<think>``/``</think>`` ``<|tool_calls_section_begin|>`` kimi_k2 (ki
 qwen3_coder ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` qwen3_coder (qwen3_xml)
 glm45      ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` glm45 (glm45)
 glm47      (same as glm45)          (same as glm45)                glm47 (glm45)
+gemma4     ``<|channel>thought\\n`` ``<|tool_call>``/``<tool_call|>`` gemma4 (gemma4)
+           /``<channel|>``
 ========== ======================== ============================== =====================
 
 Adding a family: one module that builds a ``FAMILY``, and one entry in :data:`FAMILIES`
@@ -31,7 +33,7 @@ every chunking and checks what was sent against the parse (``tests/families/``).
 
 from __future__ import annotations
 
-from . import deepseek_r1, deepseek_v31, glm45, glm47, hermes, kimi_k2, llama3, mistral, qwen3_coder
+from . import deepseek_r1, deepseek_v31, gemma4, glm45, glm47, hermes, kimi_k2, llama3, mistral, qwen3_coder
 from ._format import BodyReader, Event, Family, Preset, ToolFormat, Tools
 from ._json_reader import Dialect, JsonBodyReader, may_become_head
 
@@ -64,6 +66,7 @@ FAMILIES: tuple[Family, ...] = (
     qwen3_coder.FAMILY,
     glm45.FAMILY,
     glm47.FAMILY,
+    gemma4.FAMILY,
 )
 
 _FORMATS: dict[str, ToolFormat] = {}
