@@ -54,7 +54,9 @@ def test_the_fixtures_cover_all_three_layouts() -> None:
 
 @pytest.mark.parametrize("fx", params(COMPLETE))
 def test_each_fixtures_bodies_parse_to_its_expected_calls(fx: dict[str, Any]) -> None:
-    got = [call for body in bodies(fx["raw_output"]) for call in calls_of(parse_tool_body(body.strip(), FORMAT, tools=fx["tools"]))]
+    got = [
+        call for body in bodies(fx["raw_output"]) for call in calls_of(parse_tool_body(body.strip(), FORMAT, tools=fx["tools"]))
+    ]
     assert got == expected_calls(fx)
 
 

@@ -1,0 +1,167 @@
+"""Gemma 4 (``detok_plugin.families.gemma4``): every Gemma 4 fixture of CanIToolCall 0.1.1
+through the parse and the reader, and the reader's hold rules piece by piece.
+
+No PyPI package ships Gemma 4's tokenizer, so the family is tested on the fixtures' recorded
+texts (``raw_output``). The oracle: each fixture's ``expected`` calls (arguments compared as
+JSON: ``1e-05`` is a number, ``"x,y} \\"q\\""`` one string), written by CanIToolCall from
+Gemma 4's official chat template and from vLLM's, SGLang's and Ollama's tests; for the reader,
+its contract against that parse (``family_checks``); per piece, the module's rules (derived
+by hand). Where the bodies are in a reply is cut here by the format's notes (a
+``<tool_call|>`` between ``<|"|>`` delimiters is text), not by the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from canitoolcall_fixtures import fixtures, params
+from family_checks import calls_of, check_reader, read
+
+from detok_plugin import TagSet, parse_tool_body
+from detok_plugin.families import tool_format
+from detok_plugin.families.gemma4 import Notation
+
+FORMAT = "gemma4"
+ALL = fixtures("gemma4")
+COMPLETE = [fx for fx in ALL if "expected" in fx]
+ERRORS = [fx for fx in ALL if "expected_error" in fx]
+
+_Q = re.escape('<|"|>')
+_BODY = re.compile(rf"<\|tool_call>((?:{_Q}.*?{_Q}|.)*?)<tool_call\|>", re.DOTALL)
+
+
+def bodies(raw: str) -> list[str]:
+    """The closed tool-call bodies of a reply, in order."""
+    return [m.group(1) for m in _BODY.finditer(raw)]
+
+
+def open_tail(raw: str) -> str | None:
+    """The body a reply left open (cut before its ``<tool_call|>``), if any."""
+    rest = _BODY.sub("", raw)
+    return rest.split("<|tool_call>", 1)[1] if "<|tool_call>" in rest else None
+
+
+def test_the_preset_names_gemma4s_markers() -> None:
+    tags = TagSet.preset("gemma4")
+    assert (tags.reasoning_open, tags.reasoning_close, tags.tool_open, tags.tool_close, tags.tool_format) == (
+        "<|channel>thought\n", "<channel|>", "<|tool_call>", "<tool_call|>", "gemma4",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("fx", params(COMPLETE))
+def test_each_fixtures_bodies_parse_to_its_expected_calls(fx: dict[str, Any]) -> None:
+    got = [call for body in bodies(fx["raw_output"]) for call in calls_of(parse_tool_body(body.strip(), FORMAT))]
+    assert got == [(c["name"], c["arguments"]) for c in fx["expected"]["tool_calls"]]
+
+
+@pytest.mark.parametrize("fx", params([fx for fx in COMPLETE if bodies(fx["raw_output"])]))
+def test_the_reader_at_every_chunking_sends_a_prefix_of_the_parse_and_all_of_it_at_the_close(fx: dict[str, Any]) -> None:
+    for body in bodies(fx["raw_output"]):
+        check_reader(FORMAT, body)
+        got = read(FORMAT, [body])
+        assert got.done == [True]  # the object closed in the body: all of it went out
+
+
+@pytest.mark.parametrize("fx", params([fx for fx in COMPLETE if "marker-in-arguments" in fx["tags"]]))
+def test_markers_inside_a_string_are_its_text(fx: dict[str, Any]) -> None:
+    [body] = bodies(fx["raw_output"])
+    [(_, args)] = calls_of(parse_tool_body(body, FORMAT))
+    assert "<tool_call|>" in args["text"] and "<|tool_call>" in args["text"]
+
+
+@pytest.mark.parametrize("fx", params(ERRORS + [fx for fx in COMPLETE if "truncated" in fx["tags"]]))
+def test_a_cut_or_malformed_body_is_refused_and_a_complete_one_before_it_kept(fx: dict[str, Any]) -> None:
+    """Truncated (max_tokens inside a call): the open body's parse raises, so the core
+    reports it and no call is made of it, and the reader never says it is done; a
+    malformed closed body (no ``{...}``) raises too. A call closed before the cut parses
+    (``truncated-second-parallel-call``)."""
+    raw = fx["raw_output"]
+    want = fx.get("expected", {}).get("tool_calls", [])
+    assert len([body for body in bodies(raw) if _parses(body)]) == len(want)
+    tail = open_tail(raw)
+    if tail is not None:
+        assert not _parses(tail)
+        assert not any(read(FORMAT, list(tail)).done)
+
+
+def _parses(body: str) -> bool:
+    try:
+        parse_tool_body(body.strip(), FORMAT)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "call:f no brace",
+        "f{a:1}",
+        "call:{a:1}",
+        "call:f{a:1",
+        "call:f{a:1}}",
+        "call:f{a:1} x",
+        "call:f{a:}",
+        'call:f{a:<|"|>x}',
+        'call:f{a:<|"|>x<|"|> y}',
+        "call:f{[1]}",
+    ],
+    ids=[
+        "no-brace",
+        "no-call-prefix",
+        "no-name",
+        "never-closed",
+        "closed-twice",
+        "text-after",
+        "no-value",
+        "open-string",
+        "text-after-a-string",
+        "value-without-key",
+    ],
+)
+def test_malformed_bodies_raise_value_error(body: str) -> None:
+    with pytest.raises(ValueError):
+        parse_tool_body(body, FORMAT)
+
+
+def test_a_bare_value_that_is_no_json_number_or_literal_is_kept_as_its_text() -> None:
+    """Numbers as Python prints them are JSON numbers; other bare text (the notation has
+    no quotes for it) stays a string, as vLLM 0.33's Gemma 4 parser keeps it."""
+    [(_, args)] = parse_tool_body("call:f{a:1e-05,b:-0,c:1 b:2,d:True,e:nan,f:[x, 2]}", FORMAT)
+    assert json.loads(args) == {"a": 1e-05, "b": 0, "c": "1 b:2", "d": "True", "e": "nan", "f": ["x", 2]}
+
+
+def test_each_piece_sends_what_the_rules_allow_at_once() -> None:
+    """Per piece, derived by hand: the name at its ``{``; a string as it forms, its last
+    characters held while they may begin ``<|"|>``; a bare value at the character that
+    ends it; the closing brace at once."""
+    r = tool_format(TagSet.preset("gemma4").tool_format).reader(None)
+    steps = [
+        ("call:get_wea", []),
+        ("ther{ci", [(0, "get_weather", ""), (0, None, "{")]),
+        ('ty:<|"|>東', [(0, None, '"city": "東')]),
+        ('京<|"', [(0, None, "京")]),  # '<|"' may begin the closing delimiter: held
+        ('x<|"|>,n:4', [(0, None, '<|\\"x", "n": ')]),  # it did not: sent, escaped; the string closes
+        ("2", []),  # a bare value waits for its end: 42 or 420 or 42.5
+        ("}", [(0, None, "42}")]),
+    ]
+    for piece, events in steps:
+        assert r.feed(piece) == events, piece
+    assert r.done == [True] and r.args == ['{"city": "東京<|\\"x", "n": 42}']
+
+
+def test_a_long_string_in_one_character_pieces_holds_at_most_a_delimiters_start() -> None:
+    """The conversion keeps only what may still change: here never more than the four
+    characters that may begin ``<|"|>``, however long the string (the longest string among
+    its attributes, whatever their names)."""
+    value = 'line <| with a brace } and <|" almost a delimiter\n' * 400
+    notation = Notation()
+    out, longest = [], 0
+    for c in 'text:<|"|>' + value + '<|"|>}':
+        out.append(notation.feed(c))
+        longest = max(longest, *(len(v) for s in Notation.__slots__ if isinstance(v := getattr(notation, s), str)))
+    assert notation.closed and longest <= 4
+    assert json.loads("{" + "".join(out)) == {"text": value}
