@@ -34,7 +34,7 @@ import re
 
 from ._format import Event, Family, Preset, ToolFormat, Tools
 
-__all__ = ["FAMILY", "Gemma4BodyReader", "Notation", "parse"]
+__all__ = ["FAMILY", "Gemma4BodyReader", "Notation", "in_string", "parse"]
 
 QUOTE = '<|"|>'
 _PREFIX = "call:"
@@ -205,6 +205,17 @@ def _bare_end(buf: str, start: int) -> int:
     return min(ends) if ends else -1
 
 
+def in_string(body: str) -> bool:
+    """Whether the end of ``body`` (a body's text so far) is inside a ``<|"|>`` string: a
+    marker there is its text (``ToolFormat.marker_is_text``). Outside a string the notation
+    has no other quoting, so an odd count of delimiters is the whole rule.
+
+    >>> in_string('call:echo{text:<|"|>close calls with ')
+    True
+    """
+    return body.count(QUOTE) % 2 == 1
+
+
 def _name(head: str) -> str:
     """``call:NAME`` (blanks around it allowed) to NAME; ``ValueError`` for anything else."""
     head = head.strip()
@@ -286,6 +297,6 @@ def _may_become_head(head: str) -> bool:
 
 
 FAMILY = Family(
-    ToolFormat("gemma4", parse, lambda tools: Gemma4BodyReader(), keeps_special_tokens=True),
+    ToolFormat("gemma4", parse, lambda tools: Gemma4BodyReader(), keeps_special_tokens=True, marker_is_text=in_string),
     (Preset("gemma4", "<|channel>thought\n", "<channel|>", "<|tool_call>", "<tool_call|>"),),
 )

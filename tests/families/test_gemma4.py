@@ -70,6 +70,11 @@ def test_markers_inside_a_string_are_its_text(fx: dict[str, Any]) -> None:
     [body] = bodies(fx["raw_output"])
     [(_, args)] = calls_of(parse_tool_body(body, FORMAT))
     assert "<tool_call|>" in args["text"] and "<|tool_call>" in args["text"]
+    # The core asks the format before a close tag ends a body: inside the string it is text,
+    # at the body's real end it is the close.
+    text_is = tool_format(FORMAT).marker_is_text
+    inner = body.index("<tool_call|>")
+    assert text_is(body[:inner]) and not text_is(body)
 
 
 @pytest.mark.parametrize("fx", params(ERRORS + [fx for fx in COMPLETE if "truncated" in fx["tags"]]))
