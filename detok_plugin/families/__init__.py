@@ -16,6 +16,9 @@ mistral    none                     ``[TOOL_CALLS]`` to the end      mistral (mi
 magistral  ``[THINK]``/``[/THINK]``   ``[TOOL_CALLS]`` to the end      mistral (mistral)
 deepseek_r1 ``<think>``/``</think>`` ``<｜tool▁calls▁begin｜>`` ...  deepseek_r1 (deepseek)
 deepseek_v31 (same as deepseek_r1)  (same as deepseek_r1)          deepseek_v31 (deepseek_v31)
+deepseek_v32 ``<think>``/``</think>`` ``<｜DSML｜function_calls>`` ...  deepseek_v4 (deepseek_v4)
+deepseek_v4 (same as deepseek_v32)  ``<｜DSML｜tool_calls>`` ...    deepseek_v4 (deepseek_v4)
+deepseek_v41 (same as deepseek_v32) ``<｜DSML｜ calls>`` ...        deepseek_v41 (deepseek_v41)
 kimi_k2    ``<think>``/``</think>`` ``<|tool_calls_section_begin|>`` kimi_k2 (kimi_k2)
 qwen3_coder ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` qwen3_coder (qwen3_xml)
 glm45      ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` glm45 (glm45)
@@ -33,7 +36,20 @@ every chunking and checks what was sent against the parse (``tests/families/``).
 
 from __future__ import annotations
 
-from . import deepseek_r1, deepseek_v31, gemma4, glm45, glm47, hermes, kimi_k2, llama3, mistral, qwen3_coder
+from . import (
+    deepseek_r1,
+    deepseek_v4,
+    deepseek_v31,
+    deepseek_v41,
+    gemma4,
+    glm45,
+    glm47,
+    hermes,
+    kimi_k2,
+    llama3,
+    mistral,
+    qwen3_coder,
+)
 from ._format import BodyReader, Event, Family, Preset, ToolFormat, Tools
 from ._json_reader import Dialect, JsonBodyReader, may_become_head
 
@@ -62,6 +78,8 @@ FAMILIES: tuple[Family, ...] = (
     mistral.FAMILY,
     deepseek_r1.FAMILY,
     deepseek_v31.FAMILY,
+    deepseek_v4.FAMILY,
+    deepseek_v41.FAMILY,
     kimi_k2.FAMILY,
     qwen3_coder.FAMILY,
     glm45.FAMILY,

@@ -1,0 +1,30 @@
+"""DeepSeek V4.1: V4's DSML with a space after ``｜DSML｜`` in every tag, in ``<｜DSML｜ calls>``.
+
+::
+
+    <｜DSML｜ calls>
+    <｜DSML｜ invoke name="get_weather">
+    <｜DSML｜ parameter name="city" string="true">東京</｜DSML｜ parameter>
+    </｜DSML｜ invoke>
+    </｜DSML｜ calls>
+
+The grammar and its rules are V4's (``deepseek_v4.py``); only the spelling differs, as
+vLLM 0.33's ``deepseek_v41`` parser overrides only V4's terminals. A V4 spelling inside a
+V4.1 body is not a tag.
+
+>>> from detok_plugin import parse_tool_body
+>>> parse_tool_body('<｜DSML｜ invoke name="f">\\n</｜DSML｜ invoke>', "deepseek_v41")
+[('f', '{}')]
+"""
+
+from __future__ import annotations
+
+from ._format import Family, Preset
+from .deepseek_v4 import DSML, dsml_format, grammar
+
+__all__ = ["FAMILY"]
+
+FAMILY = Family(
+    dsml_format("deepseek_v41", grammar(" ")),
+    (Preset("deepseek_v41", "<think>", "</think>", f"<{DSML} calls>", f"</{DSML} calls>"),),
+)
