@@ -23,7 +23,7 @@ from ._format import Family, Preset, ToolFormat, Tools
 from ._xml_reader import Search, XmlBodyReader, XmlDialect, chars, tail
 from ._xml_values import properties_of, typed_json
 
-__all__ = ["FAMILY"]
+__all__ = ["FAMILY", "in_open_value"]
 
 _ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)(?:</arg_value>|\Z)", re.DOTALL)
 
@@ -34,6 +34,24 @@ def parse(body: str, tools: Tools = None) -> list[tuple[str, str]]:
         raise ValueError("a GLM tool call needs the function name before its first <arg_key>")
     params = {m.group(1).strip(): m.group(2) for m in _ARG.finditer(body)}
     return [(name, typed_json(params, properties_of(tools, name)))]
+
+
+def in_open_value(body: str) -> bool:
+    """Whether a ``</tool_call>`` right after ``body`` (a body's text so far) is text of a
+    value (``ToolFormat.marker_is_text``): it is inside an ``<arg_value>`` not yet closed
+    whose text holds more ``<tool_call>`` than ``</tool_call>``. A value that writes the tags
+    (a note on the format) writes them in pairs; in a value with no unpaired opener the
+    model left its ``</arg_value>`` out, and ``</tool_call>`` ends the call (vLLM #57826).
+
+    >>> in_open_value("write_file<arg_key>content</arg_key><arg_value>Wrap it in <tool_call> and ")
+    True
+    >>> in_open_value("get_weather<arg_key>unit</arg_key><arg_value>celsius")
+    False
+    """
+    at = body.rfind("<arg_value>")
+    if at < 0 or body.find("</arg_value>", at) >= 0:
+        return False
+    return body.count("<tool_call>", at) > body.count("</tool_call>", at)
 
 
 _NAME_END = Search(re.compile("<arg_key>"), tail(chars("<arg_key>")))
@@ -57,6 +75,6 @@ _DIALECT = XmlDialect(
 )
 
 FAMILY = Family(
-    ToolFormat("glm45", parse, lambda tools: XmlBodyReader(_DIALECT, tools), typed_by_schema=True),
+    ToolFormat("glm45", parse, lambda tools: XmlBodyReader(_DIALECT, tools), typed_by_schema=True, marker_is_text=in_open_value),
     (Preset("glm45", "<think>", "</think>", "<tool_call>", "</tool_call>"),),
 )

@@ -20,6 +20,7 @@ from canitoolcall_fixtures import fixtures, params
 from family_checks import calls_of, check_reader
 
 from detok_plugin import TagSet, parse_tool_body
+from detok_plugin.families import tool_format
 
 FORMAT = TagSet.preset("glm47").tool_format
 ALL = fixtures("glm")
@@ -71,6 +72,11 @@ def test_markers_inside_a_value_are_its_text(fx: dict[str, Any]) -> None:
     [body] = bodies(fx["raw_output"])
     [(_, args)] = calls_of(parse_tool_body(body.strip(), FORMAT, tools=fx["tools"]))
     assert "<tool_call>" in args["content"] and "</tool_call>" in args["content"] and "<arg_key>" in args["content"]
+    # The core asks the format before a close tag ends a body: inside the value it is text,
+    # at the body's real end it is the close.
+    text_is = tool_format(FORMAT).marker_is_text
+    inner = body.index("</tool_call>")
+    assert text_is(body[:inner]) and not text_is(body)
 
 
 def test_a_value_whose_close_tag_is_missing_runs_to_the_body_end() -> None:
@@ -79,6 +85,7 @@ def test_a_value_whose_close_tag_is_missing_runs_to_the_body_end() -> None:
     [fx] = [fx for fx in ALL if fx["id"] == "glm/glm47-missing-last-close-arg-value"]
     [body] = bodies(fx["raw_output"])
     assert body.endswith("<arg_value>celsius")
+    assert not tool_format(FORMAT).marker_is_text(body)  # so </tool_call> closes it
     assert calls_of(parse_tool_body(body, FORMAT, tools=fx["tools"])) == expected_calls(fx)
 
 
