@@ -25,6 +25,8 @@ glm45      ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` glm45 (glm4
 glm47      (same as glm45)          (same as glm45)                glm47 (glm45)
 gemma4     ``<|channel>thought\\n`` ``<|tool_call>``/``<tool_call|>`` gemma4 (gemma4)
            /``<channel|>``
+kimi_k3    ``<|open|>think<|sep|>`` ``<|open|>tools<|sep|>``       kimi_k3 (kimi_k3)
+           /``<|close|>think<|sep|>`` /``<|close|>tools<|sep|>``
 ========== ======================== ============================== =====================
 
 Adding a family: one module that builds a ``FAMILY``, and one entry in :data:`FAMILIES`
@@ -46,6 +48,7 @@ from . import (
     glm47,
     hermes,
     kimi_k2,
+    kimi_k3,
     llama3,
     mistral,
     qwen3_coder,
@@ -85,6 +88,7 @@ FAMILIES: tuple[Family, ...] = (
     glm45.FAMILY,
     glm47.FAMILY,
     gemma4.FAMILY,
+    kimi_k3.FAMILY,
 )
 
 _FORMATS: dict[str, ToolFormat] = {}
