@@ -26,6 +26,11 @@ reads it:
    given twice or a body with no ``invoke`` is malformed (``ValueError``), as DeepSeek's
    own reference parser asserts.
 
+The presets' opening tags begin with the two newlines DeepSeek's encoders write before every
+calls block (``content + "\\n\\n" + block``, after text, after ``</think>`` and at the
+reply's start alike): they are the block's markup, not the reply's text, as DeepSeek's
+reference parser strips them. A block the model opens without them is text.
+
 ``｜DSML｜`` is one token in DeepSeek V4's vocabulary (id 128825, not special: it stays in
 the text with ``skip_special_tokens``). Not read, as vLLM reads them: the opening
 misspellings ``<｜DSML｜toolcalls>``/``<｜DSML｜tool>`` and an ``invoke`` without its wrapper.
@@ -48,9 +53,24 @@ from typing import Any, NamedTuple
 
 from ._format import Event, Family, Preset, ToolFormat, Tools
 
-__all__ = ["DSML", "FAMILY", "DsmlBodyReader", "Grammar", "dsml_format", "grammar", "in_value", "parse_dsml", "value_of"]
+__all__ = [
+    "BLOCK_LEAD",
+    "DSML",
+    "FAMILY",
+    "DsmlBodyReader",
+    "Grammar",
+    "dsml_format",
+    "grammar",
+    "in_value",
+    "parse_dsml",
+    "value_of",
+]
 
 DSML = "｜DSML｜"
+
+#: What DeepSeek's encoders write between a reply's text and its calls block (``content +
+#: "\n\n" + block``): the block's, so the presets' opening tags begin with it.
+BLOCK_LEAD = "\n\n"
 
 _BLANK = re.compile(r"\s*")
 
@@ -292,7 +312,7 @@ def dsml_format(name: str, g: Grammar) -> ToolFormat:
 FAMILY = Family(
     dsml_format("deepseek_v4", grammar("")),
     (
-        Preset("deepseek_v4", "<think>", "</think>", f"<{DSML}tool_calls>", f"</{DSML}tool_calls>"),
-        Preset("deepseek_v32", "<think>", "</think>", f"<{DSML}function_calls>", f"</{DSML}function_calls>"),
+        Preset("deepseek_v4", "<think>", "</think>", f"{BLOCK_LEAD}<{DSML}tool_calls>", f"</{DSML}tool_calls>"),
+        Preset("deepseek_v32", "<think>", "</think>", f"{BLOCK_LEAD}<{DSML}function_calls>", f"</{DSML}function_calls>"),
     ),
 )

@@ -10,7 +10,7 @@
 
 The grammar and its rules are V4's (``deepseek_v4.py``); only the spelling differs, as
 vLLM 0.33's ``deepseek_v41`` parser overrides only V4's terminals. A V4 spelling inside a
-V4.1 body is not a tag.
+V4.1 body is not a tag; the opening tag begins with the same two newlines as V4's.
 
 >>> from detok_plugin import parse_tool_body
 >>> parse_tool_body('<｜DSML｜ invoke name="f">\\n</｜DSML｜ invoke>', "deepseek_v41")
@@ -20,11 +20,11 @@ V4.1 body is not a tag.
 from __future__ import annotations
 
 from ._format import Family, Preset
-from .deepseek_v4 import DSML, dsml_format, grammar
+from .deepseek_v4 import BLOCK_LEAD, DSML, dsml_format, grammar
 
 __all__ = ["FAMILY"]
 
 FAMILY = Family(
     dsml_format("deepseek_v41", grammar(" ")),
-    (Preset("deepseek_v41", "<think>", "</think>", f"<{DSML} calls>", f"</{DSML} calls>"),),
+    (Preset("deepseek_v41", "<think>", "</think>", f"{BLOCK_LEAD}<{DSML} calls>", f"</{DSML} calls>"),),
 )
