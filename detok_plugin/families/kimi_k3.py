@@ -179,9 +179,14 @@ class KimiK3BodyReader:
         return True
 
     def _wait_for_markup(self) -> bool:
-        """No complete tag yet: the next search starts where a tag may still be forming."""
-        lt = self._buf.rfind("<", self._scan)
-        self._scan = lt if lt >= 0 else len(self._buf)
+        """No complete tag yet: the next search starts where one may still be forming (the
+        last ``<|open|>`` or ``<|close|>``, or a start of one at the end)."""
+        buf, scan = self._buf, self._scan
+        at = max(buf.rfind(OPEN, scan), buf.rfind(CLOSE, scan))
+        if at < 0:
+            lt = buf.rfind("<", scan)
+            at = lt if lt >= 0 and (OPEN.startswith(buf[lt:]) or CLOSE.startswith(buf[lt:])) else len(buf)
+        self._scan = at
         return False
 
     def _cut(self, at: int) -> None:
