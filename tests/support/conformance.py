@@ -1,0 +1,295 @@
+"""CanIToolCall's fixtures through vLLM 0.33's chat path, in three configurations.
+
+=========  ===========================  ==========================================
+config     detokenizer                  chat parsers
+=========  ===========================  ==========================================
+detok      the plugin's (DETOK_PLUGIN=1) ``detok_*`` (``conformance_models.DETOK_PARSERS``)
+stock      vLLM's own                   vLLM's own, as CanIToolCall's vLLM adapter names them
+pairing    the plugin's                 vLLM's own (what many users run first)
+=========  ===========================  ==========================================
+
+Each fixture is replayed without streaming and once per chunking strategy
+(``conformance_replay``), and CanIToolCall's own runner code judges the parses
+(``canitoolcall.runner.evaluate``: its checks, its statuses). A fixture whose tokenizer
+cannot be built here is ``no_tokenizer`` and is not run; one whose family or model has no
+parser in a configuration is ``unsupported`` there.
+
+>>> CONFIGS["pairing"]
+Config(name='pairing', plugin=True, parsers='stock')
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from canitoolcall.adapters.base import ReplayInput
+from canitoolcall.adapters.vllm import chat_template_kwargs_for, resolve_parsers
+from canitoolcall.chunking import DEFAULT_STRATEGIES, ChunkStrategy, split
+from canitoolcall.fixtures import Family, Fixture, load_fixtures
+from canitoolcall.results import CaseResult, ParseResult, Status
+from canitoolcall.runner import evaluate, family_for
+from conformance_models import (
+    PROMPT_HEADS,
+    STOP_TOKENS,
+    StopRule,
+    TokenizerChoice,
+    detok_parsers_for,
+    tokenizer_for,
+    zoo_tokenizer,
+)
+from conformance_replay import Replay, plugin_switch, registered_names, replay_nonstream, replay_stream, with_stop
+from detok_plugin.integrations.vllm.parser_names import detok_names
+from vllm.tokenizers.hf import get_cached_tokenizer
+
+__all__ = [
+    "CONFIGS",
+    "NO_TOKENIZER",
+    "STATUSES",
+    "Config",
+    "FixtureResult",
+    "fixtures",
+    "local_tokenizer",
+    "non_passes",
+    "nonstream_parse",
+    "parse_nonstream",
+    "parse_stream",
+    "replay_for",
+    "run_case",
+    "stream_parse",
+]
+
+#: Not one of CanIToolCall's statuses: the fixture was not run.
+NO_TOKENIZER = "no_tokenizer"
+#: Every status a fixture can have here, best first.
+STATUSES = ("pass", "soft_pass", "fail", "error", "unsupported", NO_TOKENIZER)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """A configuration: the plugin's detokenizer on or off, and whose chat parsers."""
+
+    name: str
+    plugin: bool
+    parsers: Literal["detok", "stock"]
+
+
+CONFIGS: dict[str, Config] = {
+    "detok": Config("detok", True, "detok"),
+    "stock": Config("stock", False, "stock"),
+    "pairing": Config("pairing", True, "stock"),
+}
+
+
+@dataclass(frozen=True)
+class FixtureResult:
+    """One fixture under one configuration."""
+
+    fixture_id: str
+    family: str
+    model: str
+    config: str
+    status: str  # a CanIToolCall Status value, or NO_TOKENIZER
+    reason: str | None  # why not run / unsupported, or the failing checks
+    case: CaseResult | None
+    wall_s: float  # the replays (non-streaming and every strategy), not the setup
+
+
+@functools.cache
+def _corpus() -> dict[str, Fixture]:
+    return {f.id: f for f in load_fixtures(None)}
+
+
+def fixtures(families: Iterable[str] = ()) -> list[Fixture]:
+    """The bundled corpus (CanIToolCall's own loader), optionally only some families."""
+    wanted = set(families)
+    return [f for f in _corpus().values() if not wanted or f.family in wanted]
+
+
+_FAMILIES: dict[Any, Family | None] = {}
+
+
+def family_of(fixture: Fixture) -> Family | None:
+    return family_for(fixture, _FAMILIES)
+
+
+def _pin(fixture: Fixture) -> str:
+    return fixture.tokenizer.repo if fixture.tokenizer is not None else fixture.reference_model
+
+
+@functools.cache
+def _choice(pin: str) -> TokenizerChoice:
+    return tokenizer_for(pin, [f for f in _corpus().values() if _pin(f) == pin])
+
+
+def local_tokenizer(fixture: Fixture) -> TokenizerChoice:
+    """The zoo tokenizer of the fixture's pin, verified on every fixture of that pin."""
+    return _choice(_pin(fixture))
+
+
+@functools.cache
+def _vllm_tokenizer(name: str) -> Any:
+    return get_cached_tokenizer(zoo_tokenizer(name))
+
+
+@functools.cache
+def _special_ids(name: str) -> frozenset[int]:
+    """``all_special_ids`` plus added tokens flagged special (CanIToolCall's vLLM adapter's rule)."""
+    tok = zoo_tokenizer(name)
+    ids = {int(i) for i in tok.all_special_ids}
+    ids.update(int(i) for i, t in tok.added_tokens_decoder.items() if getattr(t, "special", False))
+    return frozenset(ids)
+
+
+def _parser_names(fixture: Fixture, config: Config) -> tuple[str | None, str] | str:
+    """``(reasoning, tool)`` parser names, or why the configuration has none for the fixture."""
+    family, model = fixture.family, fixture.reference_model
+    if config.parsers == "detok":
+        rule = detok_parsers_for(family, model)
+        if rule is None:
+            return f"no detok parser is mapped to {family} / {model}"
+        reasoning_known, tools_known = detok_names()
+        names: tuple[str | None, str] = (rule.reasoning, rule.tool)
+    else:
+        stock = resolve_parsers(family, model)
+        if stock is None or stock.choice is None:
+            return f"CanIToolCall's vLLM map has no parser for {family} / {model}"
+        reasoning_known, tools_known = registered_names()
+        names = (stock.choice.reasoning_parser, stock.choice.tool_parser)
+    missing = [n for n, known in zip(names, (reasoning_known, tools_known), strict=True) if n and n not in known]
+    if missing:
+        return f"{', '.join(missing)} not registered"
+    return names
+
+
+def _stop_ids(tok: Any, fixture: Fixture, family: Family | None) -> tuple[tuple[int, ...], int | None]:
+    """The family's stop ids, and the one that ended this output (None: max_tokens cut it)."""
+    vocab = tok.get_vocab()
+    ref = family.reference_for(fixture.reference_model) if family is not None else None
+    tokens = list(ref.stop_tokens) if ref is not None else []
+    stop_ids = tuple(vocab[t] for t in tokens if t in vocab)
+    if fixture.truncated:
+        return stop_ids, None
+    rule = STOP_TOKENS.get(fixture.family, StopRule(tokens[0] if tokens else ""))
+    ended = next((vocab[t] for t in [rule.for_output(fixture.raw_output), *tokens] if t in vocab), None)
+    return stop_ids, ended
+
+
+def replay_for(fixture: Fixture, config: Config) -> Replay | FixtureResult:
+    """What replays ``fixture`` under ``config``, or its result when it cannot be run."""
+    choice = local_tokenizer(fixture)
+    if choice.name is None:
+        return _not_run(fixture, config, NO_TOKENIZER, choice.why)
+    names = _parser_names(fixture, config)
+    if isinstance(names, str):
+        return _not_run(fixture, config, Status.UNSUPPORTED.value, names)
+    tok = _vllm_tokenizer(choice.name)
+    family = family_of(fixture)
+    raw = ReplayInput.from_fixture(fixture, family)
+    prompt = PROMPT_HEADS.get(fixture.family, "") + (raw.generation_prompt or "")
+    stop_ids, stop_id = _stop_ids(tok, fixture, family)
+    return Replay(
+        tokenizer=tok,
+        model=fixture.reference_model,
+        reasoning_parser=names[0],
+        tool_parser=names[1],
+        is_harmony=fixture.family == "gpt-oss",
+        tools=tuple(dict(t) for t in fixture.tools),
+        chat_template_kwargs=chat_template_kwargs_for(fixture.thinking),
+        prompt_ids=tuple(tok.encode(prompt, add_special_tokens=False)),
+        stop_ids=stop_ids,
+        stop_id=stop_id,
+    )
+
+
+def _not_run(fixture: Fixture, config: Config, status: str, reason: str) -> FixtureResult:
+    return FixtureResult(fixture.id, fixture.family, fixture.reference_model, config.name, status, reason, None, 0.0)
+
+
+def _ids(fixture: Fixture) -> list[int]:
+    assert fixture.output_token_ids is not None  # local_tokenizer verified it
+    return list(fixture.output_token_ids)
+
+
+def nonstream_parse(fixture: Fixture, config: Config) -> ParseResult | FixtureResult:
+    """The non-streamed parse, or why it was not run."""
+    replay = replay_for(fixture, config)
+    if isinstance(replay, FixtureResult):
+        return replay
+    with plugin_switch(config.plugin):
+        return replay_nonstream(replay, _ids(fixture))
+
+
+def stream_parse(fixture: Fixture, config: Config, strategy_id: str) -> ParseResult | FixtureResult:
+    """The streamed parse under one chunking strategy, or why it was not run."""
+    replay = replay_for(fixture, config)
+    if isinstance(replay, FixtureResult):
+        return replay
+    choice = local_tokenizer(fixture)
+    assert choice.name is not None
+    units = with_stop(replay, _ids(fixture))
+    groups = split(units, ChunkStrategy.parse(strategy_id), special=_special_ids(choice.name))
+    with plugin_switch(config.plugin):
+        return replay_stream(replay, groups)
+
+
+@functools.cache
+def parse_nonstream(fixture_id: str, config_name: str) -> ParseResult | FixtureResult:
+    """:func:`nonstream_parse`, once per process."""
+    return nonstream_parse(_corpus()[fixture_id], CONFIGS[config_name])
+
+
+@functools.cache
+def parse_stream(fixture_id: str, config_name: str, strategy_id: str) -> ParseResult | FixtureResult:
+    """:func:`stream_parse`, once per process."""
+    return stream_parse(_corpus()[fixture_id], CONFIGS[config_name], strategy_id)
+
+
+def run_case(
+    fixture: Fixture,
+    config_name: str,
+    strategies: Sequence[ChunkStrategy] = DEFAULT_STRATEGIES,
+    *,
+    cached: bool = True,
+) -> FixtureResult:
+    """Replay ``fixture`` under a configuration (non-streaming and every strategy) and judge
+    it with CanIToolCall's ``evaluate``. ``wall_s`` times the replays of this call;
+    ``cached=False`` replays them again (the benchmark's timing)."""
+    config = CONFIGS[config_name]
+    t0 = time.perf_counter()
+    if cached:
+        nonstream = parse_nonstream(fixture.id, config.name)
+    else:
+        nonstream = nonstream_parse(fixture, config)
+    if isinstance(nonstream, FixtureResult):
+        return nonstream
+    streams: dict[str, ParseResult] = {}
+    for s in strategies:
+        parsed = parse_stream(fixture.id, config.name, s.id) if cached else stream_parse(fixture, config, s.id)
+        assert isinstance(parsed, ParseResult)
+        streams[s.id] = parsed
+    wall = time.perf_counter() - t0
+    reply = {
+        "supported": True,
+        "nonstream": nonstream.to_dict(),
+        "streams": {k: v.to_dict() for k, v in streams.items()},
+        "parser_config": {"config": config.name, "tokenizer": local_tokenizer(fixture).name},
+    }
+    case = evaluate(fixture, family_of(fixture), reply, include_observed="failures")
+    reason = None if case.status is Status.PASS else ", ".join(non_passes(case))
+    return FixtureResult(
+        fixture.id, fixture.family, fixture.reference_model, config.name, case.status.value, reason, case, wall
+    )
+
+
+def non_passes(case: CaseResult) -> list[str]:
+    """The checks that did not pass, each with the parses it failed on: ``check[strategy,...]``."""
+    bad: dict[str, list[str]] = defaultdict(list)
+    for row in case.checks:
+        if row.status is not Status.PASS:
+            bad[f"{row.check} ({row.status.value})"].append(row.strategy)
+    return [f"{check}[{','.join(strategies)}]" for check, strategies in bad.items()]
