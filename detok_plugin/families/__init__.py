@@ -12,6 +12,7 @@ preset     reasoning                tool call                      module (forma
 qwen3      ``<think>``/``</think>`` ``<tool_call>``/``</tool_call>`` hermes (hermes)
 hermes     (same as qwen3)
 llama3     none                     ``<|python_tag|>`` to the end    llama3 (llama3)
+llama4_pythonic none                ``[f(a=1), ...]`` to the end     llama4_pythonic (llama4_pythonic)
 mistral    none                     ``[TOOL_CALLS]`` to the end      mistral (mistral)
 magistral  ``[THINK]``/``[/THINK]``   ``[TOOL_CALLS]`` to the end      mistral (mistral)
 deepseek_r1 ``<think>``/``</think>`` ``<｜tool▁calls▁begin｜>`` ...  deepseek_r1 (deepseek)
@@ -50,6 +51,7 @@ from . import (
     kimi_k2,
     kimi_k3,
     llama3,
+    llama4_pythonic,
     mistral,
     qwen3_coder,
 )
@@ -78,6 +80,7 @@ __all__ = [
 FAMILIES: tuple[Family, ...] = (
     hermes.FAMILY,
     llama3.FAMILY,
+    llama4_pythonic.FAMILY,
     mistral.FAMILY,
     deepseek_r1.FAMILY,
     deepseek_v31.FAMILY,

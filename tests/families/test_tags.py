@@ -11,7 +11,7 @@ from detok_plugin import DetokenizerState, TagSet, TokenTable, parse_tool_body
 
 def test_presets_are_known_and_unknown_names_say_which_exist():
     assert set(TagSet.presets()) == {
-        "qwen3", "hermes", "deepseek_r1", "deepseek_v31", "deepseek_v32", "deepseek_v4", "deepseek_v41", "mistral", "llama3", "qwen3_coder", "glm45", "glm47", "gemma4", "kimi_k2", "kimi_k3", "magistral"
+        "qwen3", "hermes", "deepseek_r1", "deepseek_v31", "deepseek_v32", "deepseek_v4", "deepseek_v41", "mistral", "llama3", "llama4_pythonic", "qwen3_coder", "glm45", "glm47", "gemma4", "kimi_k2", "kimi_k3", "magistral"
     }
     with pytest.raises(ValueError, match="qwen3"):
         TagSet.preset("qwen4")
