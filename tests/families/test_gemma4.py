@@ -17,8 +17,8 @@ import re
 from typing import Any
 
 import pytest
-from canitoolcall_fixtures import fixtures, params
-from family_checks import calls_of, check_reader, read
+from canitoolcall_fixtures import family_json, fixtures, params
+from family_checks import calls_of, check_reader, expected_reply, read, text_reply
 
 from detok_plugin import TagSet, parse_tool_body
 from detok_plugin.families import tool_format
@@ -170,3 +170,27 @@ def test_a_long_string_in_one_character_pieces_holds_at_most_a_delimiters_start(
         longest = max(longest, *(len(v) for s in Notation.__slots__ if isinstance(v := getattr(notation, s), str)))
     assert notation.closed and longest <= 4
     assert json.loads("{" + "".join(out)) == {"text": value}
+
+
+# --- whole replies through the chat layer, on the real Qwen3 tokenizer ------------------------
+#
+# Gemma 4's markers (<|tool_call>, <|"|>, <|channel>, ...) are text over several Qwen3 tokens.
+
+_PROMPTS = {m["repo"]: m["default_generation_prompt"] for m in family_json("gemma4")["reference_models"]}
+
+
+@pytest.mark.parametrize("group", [1, 3, 0], ids=["token", "three", "one"])
+@pytest.mark.parametrize("fx", params(ALL))
+def test_a_whole_reply_gives_the_expected_calls_and_content_and_reasoning_up_to_blanks(
+    fx: dict[str, Any], group: int, load_tokenizer: Any
+) -> None:
+    """Calls exact (names, arguments as JSON); content and reasoning equal after
+    CanIToolCall's soft-v1 (stripped): the official template writes a newline before
+    ``<channel|>`` that vLLM's own tests do not, and a blank between content and a call is
+    the chat layer's policy. A cut or malformed call is no call."""
+    prompt = fx["generation_prompt"] if fx.get("generation_prompt") is not None else _PROMPTS[fx["models"][0]]
+    got = text_reply(load_tokenizer("qwen3"), "gemma4", fx, prompt, group=group)
+    want = expected_reply(fx) if "expected" in fx else None
+    assert got.calls == (want.calls if want else [])
+    if want is not None:
+        assert got.soft() == want.soft()

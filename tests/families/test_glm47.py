@@ -16,8 +16,8 @@ import re
 from typing import Any
 
 import pytest
-from canitoolcall_fixtures import fixtures, params
-from family_checks import calls_of, check_reader
+from canitoolcall_fixtures import family_json, fixtures, params
+from family_checks import calls_of, check_reader, expected_reply, text_reply
 
 from detok_plugin import TagSet, parse_tool_body
 from detok_plugin.families import tool_format
@@ -108,3 +108,30 @@ def test_a_truncated_reply_closes_no_body(fx: dict[str, Any]) -> None:
 def test_a_body_without_a_name_is_malformed(body: str) -> None:
     with pytest.raises(ValueError):
         parse_tool_body(body, FORMAT)
+
+
+# --- whole replies through the chat layer, on the real Qwen3 tokenizer ------------------------
+#
+# GLM's <think>, </think>, <tool_call> and </tool_call> are single tokens in Qwen3's vocabulary
+# as in GLM's; <arg_key> and the rest are text over several tokens. The generation prompt is
+# the fixture's, or its reference model's (GLM-4.7 and 5.3: ending <think>).
+
+_PROMPTS = {m["repo"]: m["default_generation_prompt"] for m in family_json("glm")["reference_models"]}
+
+
+@pytest.mark.parametrize("group", [1, 3, 0], ids=["token", "three", "one"])
+@pytest.mark.parametrize("fx", params(ALL))
+def test_a_whole_reply_gives_the_expected_calls_and_reasoning_and_content_up_to_blanks(
+    fx: dict[str, Any], group: int, load_tokenizer: Any
+) -> None:
+    """Calls exact (names, arguments as JSON), reasoning exact; content equal after
+    CanIToolCall's soft-v1 (stripped): the blanks GLM-4.5's template puts between content
+    and a call are the chat layer's policy, not the family's. A cut reply makes no call."""
+    prompt = fx.get("generation_prompt") or _PROMPTS[fx["models"][0]]
+    got = text_reply(load_tokenizer("qwen3"), "glm47", fx, prompt, group=group)
+    if "expected_error" in fx:
+        assert got.calls == []
+        return
+    want = expected_reply(fx)
+    assert (got.calls, got.reasoning) == (want.calls, want.reasoning)
+    assert got.soft() == want.soft()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["fixtures", "params"]
+__all__ = ["family_json", "fixtures", "params"]
 
 
 def _root() -> Path:
@@ -37,6 +37,13 @@ def fixtures(family: str, *, tag: str | None = None) -> list[dict[str, Any]]:
                 if tag is None or tag in fx["tags"]:
                     out.append(fx)
     return out
+
+
+def family_json(family: str) -> dict[str, Any]:
+    """The family's ``family.json``: its markers and reference models (each with its
+    ``default_generation_prompt``)."""
+    data: dict[str, Any] = json.loads((_root() / family / "family.json").read_text(encoding="utf-8"))
+    return data
 
 
 def params(items: list[dict[str, Any]]) -> list[Any]:

@@ -5,18 +5,23 @@ The oracle is the reader's contract (``detok_plugin.families._format.BodyReader`
 sent of a call's arguments is a prefix of the parse at the close (``parse_tool_body`` with the
 request's tools), all of it once the reader says the call is done, the names are the
 parse's, and how the body was cut never changes what was sent.
+
+For a family without a tokenizer here, ``text_reply`` streams a fixture's recorded text,
+encoded by another real tokenizer, through the core's chat layer (``ChatStream``): the
+family's markers are then text over several tokens (or single tokens where that tokenizer
+has them), which tests the tags and the bodies on real ids, not the family's vocabulary.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from detok_plugin import parse_tool_body
+from detok_plugin import ChatStream, TagSet, parse_tool_body
 from detok_plugin.families import tool_format
 
-__all__ = ["Read", "calls_of", "check_reader", "read", "splits"]
+__all__ = ["Read", "Reply", "calls_of", "check_reader", "expected_reply", "read", "splits", "text_reply"]
 
 
 class Read:
@@ -66,3 +71,52 @@ def check_reader(fmt: str, body: str, tools: Any = None) -> None:
         assert want[k][1].startswith(whole.args.get(k, "")), (whole.args.get(k), want[k][1])
         if whole.done[k]:
             assert whole.args[k] == want[k][1]
+
+
+# --- a reply's recorded text through the core's chat layer ---------------------------------
+
+
+class Reply(NamedTuple):
+    """What a client assembles from one reply ("" read as absent, as CanIToolCall reads it)."""
+
+    content: str | None
+    reasoning: str | None
+    calls: list[tuple[str, Any]]
+
+    def soft(self) -> Reply:
+        """CanIToolCall's ``soft-v1``: content and reasoning stripped, blank read as absent."""
+        return self._replace(content=(self.content or "").strip() or None, reasoning=(self.reasoning or "").strip() or None)
+
+
+def expected_reply(fx: dict[str, Any]) -> Reply:
+    e = fx["expected"]
+    return Reply(e["content"] or None, e["reasoning_content"] or None, [(c["name"], c["arguments"]) for c in e["tool_calls"]])
+
+
+def text_reply(tokenizer: Any, preset: str, fx: dict[str, Any], prompt: str, *, group: int) -> Reply:
+    """``fx``'s recorded text (``raw_output``) encoded by ``tokenizer`` and streamed through a
+    ``ChatStream`` with ``preset``'s tags, the request's tools and ``prompt`` (the generation
+    prompt), ``group`` ids per step (0: all at once)."""
+    ids = tokenizer.encode(fx["raw_output"], add_special_tokens=False)
+    chat = ChatStream(
+        tokenizer,
+        TagSet.preset(preset),
+        prompt_ids=tokenizer.encode(prompt, add_special_tokens=False),
+        skip_special_tokens=False,
+        tools=lambda: fx["tools"],
+        new_call_id=lambda name, fmt: f"call_{name}",
+    )
+    size = group or max(len(ids), 1)
+    steps = [ids[i : i + size] for i in range(0, len(ids), size)] or [[]]
+    content, reasoning = [], []
+    calls: dict[int, list[str]] = {}
+    for n, step in enumerate(steps):
+        fields = chat.message(step, finished=n == len(steps) - 1) or {}
+        content.append(fields.get("content") or "")
+        reasoning.append(fields.get("reasoning") or "")
+        for call in fields.get("tool_calls", ()):
+            name, args = calls.setdefault(call["index"], ["", ""])
+            fn = call["function"]
+            calls[call["index"]] = [name + (fn.get("name") or ""), args + fn.get("arguments", "")]
+    got = [(name, json.loads(args)) for name, args in (calls[k] for k in sorted(calls))]
+    return Reply("".join(content) or None, "".join(reasoning) or None, got)
