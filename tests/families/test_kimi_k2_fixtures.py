@@ -15,8 +15,8 @@ import re
 from typing import Any
 
 import pytest
-from canitoolcall_fixtures import fixtures
-from family_checks import calls_of, check_reader
+from canitoolcall_fixtures import family_json, fixtures
+from family_checks import calls_of, check_reader, expected_reply, text_reply
 
 from detok_plugin import TagSet, parse_tool_body
 
@@ -87,3 +87,36 @@ READER_WRONG = {
 def test_the_reader_at_every_chunking_sends_a_prefix_of_the_parse(fx: dict[str, Any]) -> None:
     for body in sections(fx["raw_output"]):
         check_reader(FORMAT, body)
+
+
+# --- whole replies through the chat layer, on the real Qwen3 tokenizer ------------------------
+#
+# Qwen3 has <think> and </think> as single tokens, as Kimi's vocabulary does; the section
+# and call markers are text over several tokens. K2.6's generation prompt ends <think>.
+
+_PROMPTS = {m["repo"]: m["default_generation_prompt"] for m in family_json("kimi")["reference_models"]}
+
+
+@pytest.mark.parametrize("group", [1, 3, 0], ids=["token", "three", "one"])
+@pytest.mark.parametrize(
+    "fx",
+    [
+        pytest.param(
+            fx,
+            id=fx["id"].split("/", 1)[1],
+            marks=[pytest.mark.xfail(strict=True, raises=AssertionError, reason="the empty section's markers go to content")]
+            if fx["id"] == EMPTY_SECTION
+            else [],
+        )
+        for fx in ALL
+    ],
+)
+def test_a_whole_reply_is_exactly_the_expected_one(fx: dict[str, Any], group: int, load_tokenizer: Any) -> None:
+    """Content, reasoning and calls exact (strict: CanIToolCall's ``pass``); a cut reply
+    makes no call."""
+    prompt = fx.get("generation_prompt") or _PROMPTS[fx["models"][0]]
+    got = text_reply(load_tokenizer("qwen3"), "kimi_k2", fx, prompt, group=group)
+    if "expected_error" in fx:
+        assert got.calls == []
+        return
+    assert got == expected_reply(fx)

@@ -15,8 +15,8 @@ import re
 from typing import Any
 
 import pytest
-from canitoolcall_fixtures import fixtures, params
-from family_checks import calls_of, check_reader, read
+from canitoolcall_fixtures import family_json, fixtures, params
+from family_checks import calls_of, check_reader, expected_reply, read, text_reply
 
 from detok_plugin import TagSet, parse_tool_body
 from detok_plugin.families import tool_format
@@ -144,3 +144,32 @@ def test_a_long_value_in_one_character_pieces_is_held_in_pieces_not_rescanned() 
         longest = max(longest, *(len(v) for s in type(r).__slots__ if isinstance(v := getattr(r, s, None), str)))
     r.feed("<|close|>argument<|sep|><|close|>call<|sep|>")
     assert longest < 60 and calls_of(list(zip(["w"], r.args))) == [("w", {"t": value})]
+
+
+# --- whole replies through the chat layer, on the real Qwen3 tokenizer ------------------------
+#
+# Kimi K3's XTML markers are text over several Qwen3 tokens.
+
+_PROMPTS = {m["repo"]: m["default_generation_prompt"] for m in family_json("kimi")["reference_models"]}
+_FRAMING = re.compile(r"<\|open\|>response<\|sep\|>|<\|close\|>response<\|sep\|>|<\|close\|>message<\|sep\|>")
+#: The model skipped the think channel its prompt opened: only the response framing (which a
+#: preset cannot name yet) tells it ended.
+SKIPPED_THINK = "kimi/k3-bug-response-only-completion"
+
+
+@pytest.mark.parametrize("group", [1, 3, 0], ids=["token", "three", "one"])
+@pytest.mark.parametrize("fx", params([fx for fx in ALL if fx["id"] not in (IDS_ONLY, SKIPPED_THINK)]))
+def test_a_whole_reply_gives_the_expected_calls_and_reasoning_and_content_inside_its_framing(
+    fx: dict[str, Any], group: int, load_tokenizer: Any
+) -> None:
+    """Calls and reasoning exact. The content is the expected content with the response
+    channel's framing markers around it (the module's limit 1): with them taken out, it is
+    exact. A cut reply makes no call."""
+    prompt = fx.get("generation_prompt") or _PROMPTS[fx["models"][0]]
+    got = text_reply(load_tokenizer("qwen3"), "kimi_k3", fx, prompt, group=group)
+    if "expected_error" in fx:
+        assert got.calls == []
+        return
+    want = expected_reply(fx)
+    assert (got.calls, got.reasoning) == (want.calls, want.reasoning)
+    assert (_FRAMING.sub("", got.content or "") or None) == want.content
