@@ -29,7 +29,10 @@ reads it:
 The presets' opening tags begin with the two newlines DeepSeek's encoders write before every
 calls block (``content + "\\n\\n" + block``, after text, after ``</think>`` and at the
 reply's start alike): they are the block's markup, not the reply's text, as DeepSeek's
-reference parser strips them. A block the model opens without them is text.
+reference parser strips them. A block opened without them (SGLang's tests record one) opens
+by its wrapper tag alone (the preset's ``bare_open``), and the body then begins with it.
+An ``invoke`` may close itself (``<｜DSML｜invoke name="f"/>``: no parameters), as SGLang
+reports V4 writing for a tool without arguments (DeepSeek's reference parser refuses it).
 
 ``｜DSML｜`` is one token in DeepSeek V4's vocabulary (id 128825, not special: it stays in
 the text with ``skip_special_tokens``). Not read, as vLLM reads them: the opening
@@ -60,6 +63,7 @@ __all__ = [
     "DsmlBodyReader",
     "Grammar",
     "dsml_format",
+    "dsml_preset",
     "grammar",
     "in_value",
     "parse_dsml",
@@ -78,7 +82,8 @@ _BLANK = re.compile(r"\s*")
 class Grammar(NamedTuple):
     """One spelling of DSML's tags: ``space`` goes between ``｜DSML｜`` and each tag's word."""
 
-    invoke: re.Pattern[str]  # an invoke's opening tag, the function's name in group 1
+    wrappers: tuple[str, ...]  # the calls block's opening tags (a body may begin with one)
+    invoke: re.Pattern[str]  # an invoke's opening tag: the function's name in group 1, "/" in 2
     invoke_head: str  # the fixed start of that tag
     invoke_close: str
     param: re.Pattern[str]  # a parameter's opening tag: its key in group 1, ``string`` in group 2
@@ -86,11 +91,13 @@ class Grammar(NamedTuple):
     param_close: str
 
 
-def grammar(space: str) -> Grammar:
-    """The tags of the DSML spelled with ``space`` (``""``: V3.2 and V4; ``" "``: V4.1)."""
+def grammar(space: str, wrappers: tuple[str, ...]) -> Grammar:
+    """The tags of the DSML spelled with ``space`` (``""``: V3.2 and V4; ``" "``: V4.1),
+    in a calls block opened by one of ``wrappers``."""
     invoke, param = f"<{DSML}{space}invoke", f"<{DSML}{space}parameter"
     return Grammar(
-        re.compile(re.escape(invoke) + r'\s+name="([^"]*)"\s*>'),
+        wrappers,
+        re.compile(re.escape(invoke) + r'\s+name="([^"]*)"\s*(/?)>'),
         invoke,
         f"</{DSML}{space}invoke>",
         re.compile(re.escape(param) + r'\s+name="([^"]*)"(?:\s+string="([^"]*)")?\s*>'),
@@ -117,11 +124,13 @@ def parse_dsml(g: Grammar, body: str) -> list[tuple[str, str]]:
     """A finished body's calls (rules 1-3): ``[(name, arguments_json), ...]``."""
     calls = []
     pos = _BLANK.match(body).end()  # type: ignore[union-attr]  # \s* always matches
+    wrapper = next((w for w in g.wrappers if body.startswith(w, pos)), "")
+    pos = _BLANK.match(body, pos + len(wrapper)).end()  # type: ignore[union-attr]
     while pos < len(body):
         m = g.invoke.match(body, pos)
         if m is None or not m.group(1):
             raise ValueError(f'expected {g.invoke_head} name="..."> at {pos}, not {body[pos : pos + 30]!r}')
-        params, pos = _params(g, body, m.end())
+        params, pos = ({}, m.end()) if m.group(2) else _params(g, body, m.end())
         calls.append((m.group(1), json.dumps(params, ensure_ascii=False)))
         pos = _BLANK.match(body, pos).end()  # type: ignore[union-attr]
     if not calls:
@@ -182,7 +191,7 @@ class DsmlBodyReader:
     kept from its ``<``, a value's text leaves as it is read (a typed one to its pieces).
     """
 
-    __slots__ = ("grammar", "calls", "done", "_args", "_buf", "_keys", "_value", "_dead")
+    __slots__ = ("grammar", "calls", "done", "_args", "_buf", "_keys", "_value", "_wrapped", "_dead")
 
     def __init__(self, g: Grammar) -> None:
         self.grammar = g
@@ -192,6 +201,7 @@ class DsmlBodyReader:
         self._buf = ""
         self._keys: set[str] = set()  # the open call's keys so far
         self._value: _Value | None = None
+        self._wrapped = False  # the body's opening wrapper tag was read (or cannot come)
         self._dead = False
 
     @property
@@ -208,28 +218,45 @@ class DsmlBodyReader:
         return events
 
     def _read_tag(self, events: list[Event]) -> bool:
-        """The next tag: an ``invoke`` between calls; a parameter or the invoke's close in one."""
+        """The next tag: the wrapper at the body's start, an ``invoke`` between calls; a
+        parameter or the invoke's close in one."""
         buf, g = self._buf, self.grammar
         at = _BLANK.match(buf).end()  # type: ignore[union-attr]
         self._buf = buf = buf[at:]
         if not buf:
             return False
-        in_call = bool(self.calls) and not self.done[-1]
-        if in_call and buf.startswith(g.invoke_close):
-            self._send("}" if self._keys else "{}", events)
-            self.done[-1] = True
+        if self.calls and not self.done[-1]:
+            return self._in_call(buf, events)
+        m = g.invoke.match(buf)
+        if m is not None:
+            self._buf, self._wrapped = buf[m.end() :], True
+            self._open_call(m.group(1), events)
+            if m.group(2) and not self._dead:  # self-closing: no parameters
+                self._end_call(events)
+            return not self._dead
+        heads: tuple[str, ...] = (g.invoke_head,)
+        if not self._wrapped:
+            wrapper = next((w for w in g.wrappers if buf.startswith(w)), None)
+            if wrapper is not None:
+                self._buf, self._wrapped = buf[len(wrapper) :], True
+                return True
+            heads += g.wrappers
+        self._dead = not any(_may_become(buf, head) for head in heads)
+        return False
+
+    def _in_call(self, buf: str, events: list[Event]) -> bool:
+        """Inside an invoke: a parameter, or the invoke's close tag."""
+        g = self.grammar
+        if buf.startswith(g.invoke_close):
             self._buf = buf[len(g.invoke_close) :]
+            self._end_call(events)
             return True
-        m = (g.param if in_call else g.invoke).match(buf)
+        m = g.param.match(buf)
         if m is not None:
             self._buf = buf[m.end() :]
-            if in_call:
-                self._open_value(m.group(1), m.group(2), events)
-            else:
-                self._open_call(m.group(1), events)
+            self._open_value(m.group(1), m.group(2), events)
             return not self._dead
-        heads = (g.param_head, g.invoke_close) if in_call else (g.invoke_head,)
-        self._dead = not any(_may_become(buf, head) for head in heads)
+        self._dead = not (_may_become(buf, g.param_head) or _may_become(buf, g.invoke_close))
         return False
 
     def _open_call(self, name: str, events: list[Event]) -> None:
@@ -241,6 +268,10 @@ class DsmlBodyReader:
         self._args.append([])
         self.done.append(False)
         self._keys = set()
+
+    def _end_call(self, events: list[Event]) -> None:
+        self._send("}" if self._keys else "{}", events)
+        self.done[-1] = True
 
     def _open_value(self, key: str, string: str | None, events: list[Event]) -> None:
         if key in self._keys:
@@ -309,10 +340,16 @@ def dsml_format(name: str, g: Grammar) -> ToolFormat:
     return ToolFormat(name, parse, lambda tools: DsmlBodyReader(g), marker_is_text=marker_is_text)
 
 
+def dsml_preset(name: str, wrapper: str) -> Preset:
+    """A DSML preset: the calls block opens with the encoders' two newlines and ``wrapper``
+    (the newlines are markup), or with ``wrapper`` alone (then the body begins with it)."""
+    close = wrapper.replace("<", "</", 1)
+    return Preset(name, "<think>", "</think>", BLOCK_LEAD + wrapper, close, bare_open=wrapper)
+
+
+_V4, _V32 = f"<{DSML}tool_calls>", f"<{DSML}function_calls>"
+
 FAMILY = Family(
-    dsml_format("deepseek_v4", grammar("")),
-    (
-        Preset("deepseek_v4", "<think>", "</think>", f"{BLOCK_LEAD}<{DSML}tool_calls>", f"</{DSML}tool_calls>"),
-        Preset("deepseek_v32", "<think>", "</think>", f"{BLOCK_LEAD}<{DSML}function_calls>", f"</{DSML}function_calls>"),
-    ),
+    dsml_format("deepseek_v4", grammar("", (_V4, _V32))),
+    (dsml_preset("deepseek_v4", _V4), dsml_preset("deepseek_v32", _V32)),
 )

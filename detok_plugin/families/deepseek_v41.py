@@ -19,12 +19,11 @@ V4.1 body is not a tag; the opening tag begins with the same two newlines as V4'
 
 from __future__ import annotations
 
-from ._format import Family, Preset
-from .deepseek_v4 import BLOCK_LEAD, DSML, dsml_format, grammar
+from ._format import Family
+from .deepseek_v4 import DSML, dsml_format, dsml_preset, grammar
 
 __all__ = ["FAMILY"]
 
-FAMILY = Family(
-    dsml_format("deepseek_v41", grammar(" ")),
-    (Preset("deepseek_v41", "<think>", "</think>", f"{BLOCK_LEAD}<{DSML} calls>", f"</{DSML} calls>"),),
-)
+_V41 = f"<{DSML} calls>"
+
+FAMILY = Family(dsml_format("deepseek_v41", grammar(" ", (_V41,))), (dsml_preset("deepseek_v41", _V41),))

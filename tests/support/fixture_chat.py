@@ -1,0 +1,75 @@
+"""A CanIToolCall fixture's token ids through the core's chat layer (``ChatStream``), as a
+server streams them: grouped by each of the suite's default chunking strategies
+(``canitoolcall.chunking``, stdlib only) and once without streaming.
+
+What comes back is what a client would assemble: the content and reasoning joined, and each
+call's name and arguments (the arguments read back as JSON, so ``3`` is not ``"3"``). A
+family test compares it with the fixture's ``expected``; nothing here knows a family.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+from canitoolcall.chunking import DEFAULT_STRATEGIES, split
+
+from detok_plugin import TagSet
+from detok_plugin._chat import ChatStream
+
+__all__ = ["STRATEGIES", "Reply", "expected_reply", "replay"]
+
+#: The suite's default strategies by id (``one``, ``special``, ``token``, ``rand:1:8`` ...),
+#: and ``nonstream``: the reply returned whole.
+STRATEGIES = ("nonstream", *(s.id for s in DEFAULT_STRATEGIES))
+
+
+class Reply(NamedTuple):
+    """What a client assembles from one reply ("" read as absent, as the suite reads it)."""
+
+    content: str | None
+    reasoning: str | None
+    calls: list[tuple[str, Any]]
+
+
+def expected_reply(fx: dict[str, Any]) -> Reply:
+    e = fx["expected"]
+    calls = [(c["name"], c["arguments"]) for c in e["tool_calls"]]
+    return Reply(e["content"] or None, e["reasoning_content"] or None, calls)
+
+
+def replay(tokenizer: Any, preset: str, fx: dict[str, Any], strategy: str) -> Reply:
+    """``fx``'s output ids through a ``ChatStream`` with ``preset``'s tags, the request's
+    tools and the fixture's generation prompt, grouped by ``strategy`` (``STRATEGIES``)."""
+    ids = list(fx["output_token_ids"])
+    prompt = tokenizer.encode(fx.get("generation_prompt") or "", add_special_tokens=False)
+    streaming = strategy != "nonstream"
+    chat = ChatStream(
+        tokenizer,
+        TagSet.preset(preset),
+        prompt_ids=prompt,
+        tools=lambda: fx["tools"],
+        new_call_id=lambda name, fmt: f"call_{name}",
+        streaming=streaming,
+    )
+    if not streaming:
+        fields = chat.message(ids, finished=True) or {}
+        return Reply(fields.get("content") or None, fields.get("reasoning") or None, _read(chat.complete))
+    [chosen] = [s for s in DEFAULT_STRATEGIES if s.id == strategy]
+    special = {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    groups = split(ids, chosen, special)
+    content, reasoning = [], []
+    calls: dict[int, list[str]] = {}
+    for n, group in enumerate(groups):
+        fields = chat.message(group, finished=n == len(groups) - 1) or {}
+        content.append(fields.get("content") or "")
+        reasoning.append(fields.get("reasoning") or "")
+        for call in fields.get("tool_calls", ()):
+            name, args = calls.setdefault(call["index"], ["", ""])
+            fn = call["function"]
+            calls[call["index"]] = [name + (fn.get("name") or ""), args + fn.get("arguments", "")]
+    return Reply("".join(content) or None, "".join(reasoning) or None, _read([tuple(calls[k]) for k in sorted(calls)]))
+
+
+def _read(calls: list[Any]) -> list[tuple[str, Any]]:
+    return [(name, json.loads(args)) for name, args in calls]
