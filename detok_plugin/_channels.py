@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from ._delta import CONTENT, ONE_EMPTY, REASONING, TAG, TEXT_DELTAS, TOOL, Delta, Out, reasoning_delta, text_delta, tool_delta
 from ._tags import ToolCall
-from .families import parse_tool_body
+from .families import parse_tool_body, tool_format
 
 if TYPE_CHECKING:
     from ._decoders import StreamDecoder
@@ -54,6 +54,8 @@ class Router:
     _pending: str
     _tool_index: int
     _tool_body: list[str]
+    _tool_bare: bool
+    _at_start: bool
     _done: bool
     _skip_chars: int
     _early: str
@@ -85,6 +87,10 @@ class Router:
         channel = self._channel()
         if channel == CONTENT:
             out.text.append(text)
+            if self._mode == TOOL:  # tools="inline": the body is kept for marker_is_text
+                self._tool_body.append(text)
+            elif self._at_start and not text.isspace():
+                self._at_start = False
         elif channel == REASONING:
             out.reasoning.append(text)
         elif channel == TOOL:
@@ -96,6 +102,10 @@ class Router:
         self._log(self._mode, text)
         channel = self._channel()
         if channel == CONTENT:
+            if self._mode == TOOL:  # tools="inline": the body is kept for marker_is_text
+                self._tool_body.append(text)
+            elif self._at_start and text and not text.isspace():
+                self._at_start = False
             return TEXT_DELTAS.get(text) or text_delta(text)
         if channel == REASONING:
             return reasoning_delta(text)
@@ -105,23 +115,61 @@ class Router:
         return ONE_EMPTY
 
     def _switch(self, pattern: Pattern, out: Out) -> None:
-        """A complete tag: log its text and change mode."""
+        """A complete tag: log its text and change mode; but a tool close tag inside a value
+        of the body (``_marker_is_text``) is text of the body, and a bare opener where it
+        may not open a body (``TagSet.bare_at_start``) is text."""
+        if pattern.kind == "t_close" and self._marker_is_text():
+            self._emit(pattern.text, out)
+            return
+        if pattern.kind == "t_bare":
+            self._open_bare(pattern, out)
+            return
         self._tag_text(pattern, out)
         if pattern.kind == "r_open":
             self._set_mode(REASONING)
         elif pattern.kind == "r_close":  # a stray close in content is dropped from content
             self._set_mode(CONTENT)
         elif pattern.kind == "t_open":
-            self._tool_index += 1
-            self._tool_body = []
-            self._set_mode(TOOL)
+            self._open_tool(bare=False)
         elif pattern.kind == "t_close":
             self._end_tool(out)
             self._set_mode(CONTENT)
 
+    def _open_tool(self, *, bare: bool) -> None:
+        self._tool_index += 1
+        self._tool_body = []
+        self._tool_bare = bare
+        self._at_start = False
+        self._set_mode(TOOL)
+
+    def _open_bare(self, pattern: Pattern, out: Out) -> None:
+        """A bare opener (``TagSet.tool_bare``): it opens a body and is its first text,
+        unless the tag set allows it only at the start of the reply and text came before."""
+        if self._at_start or not self._cfg.tags.bare_at_start:  # type: ignore[union-attr]
+            self._log(TAG, "")
+            self._open_tool(bare=True)
+        self._emit(pattern.text, out)
+
+    def _marker_is_text(self) -> bool:
+        """The one boundary rule for markers in a tool body: the format's
+        ``marker_is_text`` over the body so far (inside a JSON string or an XML value, a
+        marker is text). Asked only when a close tag completes, so it costs nothing per id."""
+        if self._mode != TOOL:
+            return False
+        tags = self._cfg.tags
+        assert tags is not None
+        return tool_format(tags.tool_format).marker_is_text("".join(self._tool_body))
+
     def _id_tag(self, pattern: Pattern, out: Out) -> None:
-        """A tag token that skip_special_tokens removes from the text: act on its id."""
+        """A tag token that skip_special_tokens removes from the text: act on its id (a
+        close tag inside a value is the value's text, as ``_switch`` says)."""
         if self._mode != CONTENT and pattern.kind == "t_open":
+            return
+        if pattern.kind == "t_close" and self._marker_is_text():
+            self._emit(self._pending, out)
+            self._pending, self._ac_state = "", 0
+            if self._channel() == TOOL:  # the decode drops it; a separate body keeps its text
+                self._emit(pattern.text, out)
             return
         # Text held so far cannot join with a tag that has no text: release it.
         self._emit(self._pending, out)
@@ -144,6 +192,8 @@ class Router:
         must ask again after any call.
         """
         if self._done or self._skip_chars or self._ac_state or self._early or self._keep_log or self._max_tokens is not None:
+            return DROPPED
+        if self._at_start:  # whether a bare body may open is read from the text, in the core
             return DROPPED
         return self._mode if self._dec.idle else DROPPED
 
@@ -184,7 +234,7 @@ class Router:
             return
         first = self._tool_index
         if unterminated and tags.tool_close is not None:
-            out.tools.append(ToolCall(first, complete=True, error=f"stream ended before {tags.tool_close}"))
+            out.tools.append(ToolCall(first, complete=True, error=f"stream ended before {tags.tool_close}", unterminated=True))
             return
         try:
             calls = parse_tool_body(body.strip(), tags.tool_format)

@@ -9,9 +9,18 @@ streams. It imports no framework: a server wraps the fields in its own message t
 
 Tool calls are the dicts OpenAI's ``tool_calls`` delta items are, with the fields vLLM's own
 parsers set (``hermes``): a call's first delta sets ``id``, ``type``, ``index`` and the
-function's ``name``; a later one ``index`` and the function's ``arguments``. A malformed
-body is sent as content (its raw text, tags included, before the content that followed its
-close tag), never dropped.
+function's ``name``; a later one ``index`` and the function's ``arguments``.
+
+A call goes to the client only once the model has finished it: at its body's close tag, or
+at the end of the reply for a format whose body runs to the end (then the whole body must
+parse). A client may run a call it receives, so a call the model never finished (the reply
+cut by ``max_tokens`` inside it) is never sent, streamed or not: its body is dropped (logged),
+and the calls finished before it stay. A body that closed but does not parse is sent as
+content (its raw text, tags included, before the content that followed its close tag).
+``stream_arguments=True`` sends each call's name and its ``arguments`` as they form instead
+(the family's body reader), as vLLM's own parsers do; the risk is the client's: a call cut
+short has then had its name and part of its arguments sent, and is not taken back.
+Whitespace between and after tool calls is the template's markup, not content.
 
 The common id costs a lookup, not a call into the core: while the stream is at rest in a
 mode, an id whose text holds no first character of that mode's tags or stops is what the
@@ -110,11 +119,13 @@ class ChatStream:
         new_call_id: Callable[[str, families.ToolFormat], str],
         include_reasoning: bool = True,
         streaming: bool = True,
+        stream_arguments: bool = False,
         log: logging.Logger = logger,
     ) -> None:
         self.tags: TagSet = tags if tags is not None else TagSet()  # no tags: no tool calls come
         self.format = families.tool_format(self.tags.tool_format)
         self.streaming = streaming
+        self.stream_arguments = streaming and stream_arguments
         self.state = DetokenizerState.from_tokenizer(
             tokenizer,
             prompt_ids=prompt_ids,
@@ -144,6 +155,7 @@ class ChatStream:
         self.body_index = -1  # the core's index of the current body's first call
         self.body_open = False
         self.complete: list[tuple[str, str]] = []
+        self._ws: str | None = None  # after a call: whitespace held (None: not after a call)
         # The common id's shortcut (RestTexts): while the stream is at rest in content or
         # reasoning, an id whose text leaves whole is one lookup and one delta.
         self._rests = RestTexts.of(tokenizer, self.state, skip_special_tokens) if streaming else None
@@ -183,7 +195,7 @@ class ChatStream:
             return None
         in_body = self.state._mode == TOOL
         delta = self._push(ids)
-        if not (delta.reasoning or delta.tool_calls):
+        if not (delta.reasoning or delta.tool_calls) and self._ws is None:
             self._caught_up()
             return {"content": delta.text} if delta.text else None
         parts = ChatParts()
@@ -198,6 +210,8 @@ class ChatStream:
         if not self.body_open:
             self._open_body(index)
         self.body.append(text)
+        if not self.stream_arguments:
+            return None  # the call goes out when the model has finished it
         events = self.reader.feed(text)  # type: ignore[union-attr]  # an open body has its reader
         if len(events) == 1 and events[0][1] is None:
             k, _, args = events[0]
@@ -217,6 +231,8 @@ class ChatStream:
             self._take(self._push((tid,)), parts, at_end=False, text_last=in_body)
         if finished and not self.state.finished:
             self._take(self.state.finish(), parts, at_end=True)
+        if finished:
+            self._ws = None  # whitespace after the last call: markup
         self._caught_up()
         return parts
 
@@ -224,7 +240,7 @@ class ChatStream:
         """After a call into the core: whether the shortcut applies now (at rest in a mode
         whose text goes to content, reasoning or a tool body), and where its text goes."""
         self._rest = None
-        if self._rests is None:
+        if self._rests is None or self._ws is not None:
             return
         state = self.state
         mode = state._mode_at_rest()
@@ -264,7 +280,7 @@ class ChatStream:
         if delta.reasoning:
             parts.reasoning.append(delta.reasoning)
         if delta.text and not text_last:
-            parts.content.append(delta.text)
+            self._content(delta.text, parts)
         closed = False
         for call in delta.tool_calls:
             if call.complete:
@@ -276,16 +292,28 @@ class ChatStream:
                 self._body_text(call.index, call.text, parts)
         if closed:
             self.body_open = False
+            self._ws = ""
         if delta.text and text_last:
-            parts.content.append(delta.text)
+            self._content(delta.text, parts)
+
+    def _content(self, text: str, parts: ChatParts) -> None:
+        """Content text; after a call, whitespace is held until text that is not (then it
+        leaves with it) or another call (then it was markup between calls, and is dropped)."""
+        ws = self._ws
+        if ws is not None:
+            if text.isspace():
+                self._ws = ws + text
+                return
+            text, self._ws = ws + text, None
+        parts.content.append(text)
 
     def _body_text(self, index: int, text: str, parts: ChatParts) -> None:
         if not self.body_open:
             self._open_body(index)
         self.body.append(text)
         assert self.reader is not None
-        if not self.streaming:
-            return
+        if not self.stream_arguments:
+            return  # the call goes out when the model has finished it
         self._send(self.reader.feed(text), parts)
 
     def _send(self, events: list[families.Event], parts: ChatParts) -> None:
@@ -298,6 +326,7 @@ class ChatStream:
                 parts.tool(self.base + k, args=args)
 
     def _open_body(self, index: int) -> None:
+        self._ws = None  # whitespace between two calls: markup
         self.body_index = index
         self.body_open = True
         self.base = self.sent
@@ -311,10 +340,14 @@ class ChatStream:
         reader = self.reader
         assert reader is not None
         if call.error is not None:
+            if call.unterminated:  # the model never finished it: not a call, not content
+                self._log.warning("detok-plugin: %s; the unfinished tool call is dropped", call.error)
+                return
             tags = self.tags
-            closed = "" if at_end and tags.tool_close is not None else (tags.tool_close or "")
-            raw = (tags.tool_open or "") + "".join(self.body) + closed
+            opener = "" if self.state._tool_bare else (tags.tool_open or "")  # a bare body holds its opener
+            raw = opener + "".join(self.body) + (tags.tool_close or "")
             self._log.warning("detok-plugin: %s; sent as content", call.error)
+            self._ws = None
             parts.content.append(raw)
             return
         k = call.index - self.body_index  # which call of this body

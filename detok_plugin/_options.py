@@ -24,7 +24,7 @@ from ._tags import TagSet
 
 __all__ = ["Pattern", "StreamConfig", "forget", "id_tags", "stream_config"]
 
-PatternKind = Literal["stop", "r_open", "r_close", "t_open", "t_close"]
+PatternKind = Literal["stop", "r_open", "r_close", "t_open", "t_close", "t_bare"]
 
 
 class Pattern(NamedTuple):
@@ -108,6 +108,8 @@ def _channel_patterns(
             reasoning.append(Pattern("r_close", tags.reasoning_close))
         if tags.tool_open:
             content.append(Pattern("t_open", tags.tool_open))
+            if tags.tool_bare:  # a body opened without the tag: its text stays in the body
+                content.append(Pattern("t_bare", tags.tool_bare))
             if tags.tool_close:
                 tool.append(Pattern("t_close", tags.tool_close))
     result = [(), (), ()]  # type: list[tuple[Pattern, ...]]

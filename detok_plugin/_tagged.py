@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from ._delta import TOOL
 from ._errors import TokenIdError
 from ._state import DetokenizerState
 from ._tables import build_table, learn_rest_text
@@ -136,6 +137,8 @@ class TaggedServingStream:
                 text = self._rests.learn(self._mode, token_id)  # type: ignore[union-attr]
             if text is not None and token_id not in self._slow:
                 self.token_ids.append(token_id)
+                if self._mode == TOOL:  # the body the core reads a close tag against
+                    self._state._rest_tool_text(text)  # noqa: SLF001
                 return text
         state = self._state
         try:

@@ -54,7 +54,8 @@ class ToolCall:
     ``text`` is body text streamed in this delta. At the closing tag (or the end of the
     stream, for formats without one) a delta carries ``complete=True`` and either the
     parsed ``name`` and ``arguments`` (a JSON string, as OpenAI's API sends it) or
-    ``error``: a malformed body is reported, never dropped.
+    ``error``: a malformed body is reported, never dropped. ``unterminated``: the error is
+    that the stream ended inside the body (the model never finished it).
     """
 
     index: int
@@ -63,3 +64,4 @@ class ToolCall:
     arguments: str | None = None
     complete: bool = False
     error: str | None = None
+    unterminated: bool = False

@@ -14,7 +14,7 @@ import json
 import re
 
 from ._format import Event, Family, Preset, ToolFormat, Tools
-from ._json_calls import args_json, call_blocks
+from ._json_calls import args_json, call_blocks, in_json_string
 from ._json_reader import Dialect, JsonBodyReader
 
 __all__ = ["CALL", "END", "FAMILY", "SEP"]
@@ -65,6 +65,6 @@ def _head(reader: JsonBodyReader, events: list[Event]) -> None:
 _DIALECT = Dialect(_head, closers=("\n```", END))
 
 FAMILY = Family(
-    ToolFormat("deepseek", parse, lambda tools: JsonBodyReader(_DIALECT)),
+    ToolFormat("deepseek", parse, lambda tools: JsonBodyReader(_DIALECT), marker_is_text=in_json_string),
     (Preset("deepseek_r1", "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),),
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 from ._format import Event, Family, Preset, ToolFormat, Tools
-from ._json_calls import args_json, call_blocks
+from ._json_calls import args_json, call_blocks, in_json_string
 from ._json_reader import Dialect, JsonBodyReader
 from .deepseek_r1 import CALL, END, SEP
 
@@ -40,6 +40,6 @@ def _head(reader: JsonBodyReader, events: list[Event]) -> None:
 _DIALECT = Dialect(_head, closers=(END,))
 
 FAMILY = Family(
-    ToolFormat("deepseek_v31", parse, lambda tools: JsonBodyReader(_DIALECT)),
+    ToolFormat("deepseek_v31", parse, lambda tools: JsonBodyReader(_DIALECT), marker_is_text=in_json_string),
     (Preset("deepseek_v31", "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),),
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from ._format import Family, Preset, ToolFormat, Tools
-from ._json_calls import named_call
+from ._json_calls import in_json_string, named_call
 from ._json_reader import Dialect, JsonBodyReader, one_object_head
 
 __all__ = ["FAMILY"]
@@ -26,7 +26,7 @@ def parse(body: str, tools: Tools = None) -> list[tuple[str, str]]:
 
 
 FAMILY = Family(
-    ToolFormat("hermes", parse, lambda tools: JsonBodyReader(_DIALECT)),
+    ToolFormat("hermes", parse, lambda tools: JsonBodyReader(_DIALECT), marker_is_text=in_json_string),
     (
         Preset("qwen3", "<think>", "</think>", "<tool_call>", "</tool_call>"),
         Preset("hermes", "<think>", "</think>", "<tool_call>", "</tool_call>"),

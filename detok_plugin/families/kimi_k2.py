@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from ._format import Event, Family, Preset, ToolFormat, Tools
-from ._json_calls import call_blocks
+from ._json_calls import call_blocks, in_json_string
 from ._json_reader import Dialect, JsonBodyReader
 
 __all__ = ["FAMILY", "call_name"]
@@ -66,6 +66,6 @@ def _head(reader: JsonBodyReader, events: list[Event]) -> None:
 _DIALECT = Dialect(_head, closers=(_END,))
 
 FAMILY = Family(
-    ToolFormat("kimi_k2", parse, lambda tools: JsonBodyReader(_DIALECT), keeps_special_tokens=True),
+    ToolFormat("kimi_k2", parse, lambda tools: JsonBodyReader(_DIALECT), keeps_special_tokens=True, marker_is_text=in_json_string),
     (Preset("kimi_k2", "<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),),
 )

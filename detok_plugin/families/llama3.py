@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 from ._format import Family, Preset, ToolFormat, Tools
-from ._json_calls import named_call
+from ._json_calls import in_json_string, named_call
 from ._json_reader import Dialect, JsonBodyReader, one_object_head
 
 __all__ = ["FAMILY"]
@@ -26,6 +26,6 @@ def parse(body: str, tools: Tools = None) -> list[tuple[str, str]]:
 
 
 FAMILY = Family(
-    ToolFormat("llama3", parse, lambda tools: JsonBodyReader(_DIALECT)),
-    (Preset("llama3", None, None, "<|python_tag|>", None),),
+    ToolFormat("llama3", parse, lambda tools: JsonBodyReader(_DIALECT), marker_is_text=in_json_string),
+    (Preset("llama3", None, None, "<|python_tag|>", None, bare_open="{", bare_at_start=True),),
 )

@@ -24,7 +24,7 @@ import string
 from typing import Literal
 
 from ._format import Event, Family, Preset, ToolFormat, Tools
-from ._json_calls import named_call
+from ._json_calls import in_json_string, named_call
 from ._json_reader import Dialect, JsonBodyReader, may_become_head, object_head
 
 __all__ = ["FAMILY", "call_id", "is_v11", "v11_calls"]
@@ -140,7 +140,7 @@ _V11 = Dialect(_v11_head, opens="{")  # a "[" there may be the next call's [TOOL
 _DIALECT = Dialect(_head)
 
 FAMILY = Family(
-    ToolFormat("mistral", parse, lambda tools: JsonBodyReader(_DIALECT), keeps_special_tokens=True, call_id=call_id),
+    ToolFormat("mistral", parse, lambda tools: JsonBodyReader(_DIALECT), keeps_special_tokens=True, call_id=call_id, marker_is_text=in_json_string),
     (
         Preset("mistral", None, None, CALLS, None),
         Preset("magistral", "[THINK]", "[/THINK]", CALLS, None),

@@ -7,9 +7,13 @@ ids vLLM passes (``chat_registry`` plugs the names in):
 
 1. a tag spread over any number of tokens or steps never leaks into ``content`` and
    switches channel in the step of its last token (one boundary for tags and stops);
-2. a tool call's name is sent as soon as it is known and its ``arguments`` as they form
-   (the family's body reader); a malformed body is reported as ``content`` (its raw text,
-   tags included), never dropped;
+2. a tool call is sent once the model has finished it (its body's close tag, or the end of
+   a body that runs to the end), whole: a call cut short by ``max_tokens`` is never sent,
+   streamed or not (a client may run what it receives), and the calls before it stay. A
+   request may ask for a call's name and ``arguments`` as they form instead (the family's
+   body reader) with ``"vllm_xargs": {"detok_stream_arguments": true}``: then a call cut
+   short has had its name and part of its arguments sent. A body that closed but does not
+   parse is reported as ``content`` (its raw text, tags included);
 3. stop strings are cut where the detokenizer cuts them: with the detokenizer plugin on,
    only outside reasoning (vllm-project/vllm#53066, ``xargs``); without it, anywhere, as
    stock vLLM's detokenizer does;
@@ -35,7 +39,13 @@ from .harmony import HarmonyChannels
 from .tool_ids import new_call_id
 from .xargs import tag_xargs
 
-__all__ = ["DetokChatParser", "DetokHarmonyParser", "DetokToolParser", "chat_stream", "new_delta", "request_tags"]
+__all__ = [
+    "STREAM_ARGUMENTS_KEY", "DetokChatParser", "DetokHarmonyParser", "DetokToolParser", "chat_stream", "new_delta",
+    "request_tags", "streams_arguments",
+]
+
+#: The ``vllm_xargs`` key by which a request asks for tool-call arguments as they form.
+STREAM_ARGUMENTS_KEY = "detok_stream_arguments"
 
 logger = logging.getLogger("vllm.detok_plugin")
 
@@ -84,8 +94,17 @@ def chat_stream(parser: Any, request: Any, prompt: Sequence[int], *, streaming: 
         new_call_id=functools.partial(new_call_id, parser),
         include_reasoning=getattr(request, "include_reasoning", True),
         streaming=streaming,
+        stream_arguments=streams_arguments(request),
         log=logger,
     )
+
+
+def streams_arguments(request: Any) -> bool:
+    """Whether the request asked for tool-call names and arguments as they form
+    (``vllm_xargs``' :data:`STREAM_ARGUMENTS_KEY` set to true; vLLM's request model keeps a
+    JSON ``true`` there as ``1``), not once each call is finished."""
+    xargs = getattr(request, "vllm_xargs", None)
+    return isinstance(xargs, dict) and xargs.get(STREAM_ARGUMENTS_KEY) in (True, 1, "true")
 
 
 def _end_ids(tokenizer: Any, request: Any) -> frozenset[int]:

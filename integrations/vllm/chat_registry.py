@@ -142,7 +142,7 @@ def _compose(cls: Any, bound: inspect.BoundArguments) -> Any:
     assert r is not None and t is not None
     tags = TagSet(
         r.name if r == t else f"{r.name}+{t.name}",
-        r.reasoning_open, r.reasoning_close, t.tool_open, t.tool_close, t.tool_format,
+        r.reasoning_open, r.reasoning_close, t.tool_open, t.tool_close, t.tool_format, t.tool_bare, t.bare_at_start,
     )
     return parser_class(tags, reasoning, tools)
 

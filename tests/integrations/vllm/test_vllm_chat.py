@@ -436,10 +436,24 @@ def test_the_common_ids_shortcut_sends_what_the_core_sends(family: str, step: in
         assert _as_sent(fast) == _as_sent(slow)
 
 
-def test_tool_arguments_stream_as_they_form() -> None:
+def test_a_tool_call_is_sent_whole_once_the_model_finished_it() -> None:
+    """By default nothing of a call goes out before its close tag: a call cut short is
+    never sent, so a client never runs half a call."""
     fam = FAMILIES["qwen3"]
     out = answer(fam)
     seen = chat(fam, out)
+    tok = tokenizer(fam.tokenizer)
+    close = out.index(enc(tok, "</tool_call>")[0])
+    assert not [tc for d in seen.deltas[:close] if d for tc in d.tool_calls]
+    calls = [tc for d in seen.deltas[close:] if d for tc in d.tool_calls]
+    assert len(calls) == 1 and calls[0].id and calls[0].type == "function"
+    assert calls[0].function.name == "get_weather" and json.loads(calls[0].function.arguments) == ARGS
+
+
+def test_tool_arguments_stream_as_they_form_when_the_request_asks() -> None:
+    fam = FAMILIES["qwen3"]
+    out = answer(fam)
+    seen = chat(fam, out, vllm_xargs={"detok_stream_arguments": True})
     tok = tokenizer(fam.tokenizer)
     close = out.index(enc(tok, "</tool_call>")[0])
     pieces = [tc.function.arguments for d in seen.deltas[:close] if d for tc in d.tool_calls if tc.function and tc.function.arguments]
@@ -460,12 +474,17 @@ def test_a_malformed_tool_body_is_reported_not_dropped(step: int) -> None:
     assert seen.joined("content") == "Ok.<tool_call>" + bad + "</tool_call>"
 
 
-def test_an_unterminated_tool_call_is_reported() -> None:
+@pytest.mark.parametrize("stream_arguments", [False, True])
+def test_an_unterminated_tool_call_is_dropped(stream_arguments: bool) -> None:
+    """A reply cut inside a call: the model never finished it, so it is neither a call nor
+    content (CanIToolCall's spec); without the opt-in nothing of it was streamed either."""
     fam = FAMILIES["qwen3"]
     tok = tokenizer(fam.tokenizer)
     body = '\n{"name": "get_weather", "arguments": {"city": "x"'
-    seen = chat(fam, enc(tok, "Ok.<tool_call>") + enc(tok, body))
-    assert seen.joined("content").endswith("<tool_call>" + body)
+    seen = chat(fam, enc(tok, "Ok.<tool_call>") + enc(tok, body), vllm_xargs={"detok_stream_arguments": stream_arguments})
+    assert seen.joined("content") == "Ok."
+    sent = [tc for d in seen.deltas if d for tc in d.tool_calls]
+    assert bool(sent) == stream_arguments  # the opt-in's documented risk: a name went out
 
 
 def test_non_streaming_parse_equals_the_stream() -> None:
@@ -584,9 +603,11 @@ def test_tool_call_deltas_set_the_fields_vllms_parser_sets(family: str) -> None:
     fam = FAMILIES[family]
     assert fam.stock is not None
     out = answer(fam)
-    ours = _wire_shapes(chat(fam, out))
+    ours = _wire_shapes(chat(fam, out, vllm_xargs={"detok_stream_arguments": True}))
     assert ours == _wire_shapes(chat(fam, out, plugin=False, names=fam.stock))
     assert ours == {(("function", "id", "index", "type"), ("name",)), (("function", "index"), ("arguments",))}
+    # By default the finished call goes out in one delta: its id, type, name and arguments.
+    assert _wire_shapes(chat(fam, out)) == {(("function", "id", "index", "type"), ("arguments", "name"))}
 
 
 @pytest.mark.parametrize("skip", [True, False])

@@ -174,12 +174,13 @@ def test_magistral_tags_as_text_in_the_core() -> None:
 
 @pytest.mark.parametrize("kind", ["special", "plain"])
 def test_arguments_stream_before_the_reply_ends(kind: str) -> None:
-    """Each call's name goes out at its ``[ARGS]``, its arguments as they form: the first
-    call's value arrives in many deltas before the second call begins."""
+    """With the request's opt-in (``detok_stream_arguments``), each call's name goes out at
+    its ``[ARGS]``, its arguments as they form: the first call's value arrives in many
+    deltas before the second call begins."""
     tok = tokenizer(kind)
     long_city = "東京都 " * 12
     out = reply(tok, [("get_weather", {**ARGS, "city": long_city}), ("lookup", {"q": "x"})], thought=None)
-    seen = chat(kind, MISTRAL, out)
+    seen = chat(kind, MISTRAL, out, vllm_xargs={"detok_stream_arguments": True})
     second = len(out) - len(enc(tok, '[TOOL_CALLS]lookup[ARGS]{"q": "x"}'))
     before = streamed_args(seen.deltas[:second])
     assert len([x for x in before if "京" in x]) > 5
@@ -187,17 +188,19 @@ def test_arguments_stream_before_the_reply_ends(kind: str) -> None:
     assert seen.calls() == [("get_weather", {**ARGS, "city": long_city}), ("lookup", {"q": "x"})]
 
 
+@pytest.mark.parametrize("stream_arguments", [False, True], ids=["whole", "opt-in"])
 @pytest.mark.parametrize("kind", ["special", "plain"])
 @pytest.mark.parametrize("bad", ['{"city": }', '{"city": "x"} Done.', ""], ids=["bad-json", "text-after", "no-name"])
-def test_a_malformed_body_is_reported_as_content(kind: str, bad: str) -> None:
-    """The raw text, tags included, is content; what streamed before stays sent."""
+def test_a_malformed_body_is_reported_as_content(kind: str, bad: str, stream_arguments: bool) -> None:
+    """The raw text, tags included, is content. By default nothing of the call went out
+    (a call is sent once finished); with the opt-in, what streamed before stays sent."""
     tok = tokenizer(kind)
     head = enc(tok, "Ok.") + enc(tok, "[TOOL_CALLS]")
     out = head + enc(tok, f"get_weather[ARGS]{bad}" if bad else "[ARGS]{}")
-    seen = chat(kind, MISTRAL, out)
+    seen = chat(kind, MISTRAL, out, vllm_xargs={"detok_stream_arguments": stream_arguments})
     assert seen.joined("content") == decode(tok, out)
     sent = "".join(streamed_args(seen.deltas))
-    if bad:  # the name and a prefix of the arguments went out before the end showed the fault
+    if bad and stream_arguments:  # the name and a prefix of the arguments went out before the end showed the fault
         assert sent and bad.startswith(sent)
     else:
         assert not [tc for d in seen.deltas if d for tc in d.tool_calls]
@@ -390,8 +393,8 @@ def test_stock_differs(case: str) -> None:
     elif case == "mistral_empty_arguments":
         assert ours.calls() == [("get_weather", {})]
         assert "".join(streamed_args(stock.deltas)) == ""
-    else:
-        assert ours.joined("content") == decode(tok, out) and ours.calls() == [("get_weather", ARGS)]
+    else:  # the body does not parse: content only, no call (stock streamed one)
+        assert ours.joined("content") == decode(tok, out) and ours.calls() == []
         assert "".join(streamed_args(stock.deltas)).endswith("} Done.")
         with pytest.raises(ValueError):
             stock.calls()

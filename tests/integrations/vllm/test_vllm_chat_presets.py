@@ -165,12 +165,13 @@ def test_channels_join_to_the_split_decode(preset: str, step: int) -> None:
 
 @pytest.mark.parametrize("preset", PRESET_PARAMS)
 def test_arguments_stream_before_the_close_and_join_to_the_parse(preset: str) -> None:
-    """The name goes out once its tag is complete; the string value streams as it forms,
-    before the body's closing tag arrives; the pieces join to the final arguments."""
+    """With the request's opt-in (``detok_stream_arguments``): the name goes out once its
+    tag is complete; the string value streams as it forms, before the body's closing tag
+    arrives; the pieces join to the final arguments."""
     p = PRESETS[preset]
     long_city = "東京都 " * 12
     out = reply(p, [("get_weather", {**ARGS, "city": long_city})])
-    seen = chat(p.family, out)
+    seen = chat(p.family, out, vllm_xargs={"detok_stream_arguments": True})
     tok = tokenizer(p.family.tokenizer)
     close = len(out) - len(enc(tok, p.family.tool[1]))
     before = streamed_args(Chat(deltas=seen.deltas[:close]))
