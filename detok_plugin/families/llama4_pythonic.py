@@ -12,8 +12,8 @@ body (``bare_open``); a ``[`` after other text is text. The rules, as vLLM 0.33'
 
 1. The body is one list literal of calls; ``name(...)`` or a dotted ``a.b(...)``; a trailing
    ``<|python_end|>`` is the wrapper's. An empty list, anything after the list, a
-   positional or ``**`` argument is malformed (vLLM drops positional arguments; a call
-   without them is not the call the model wrote).
+   positional or ``**`` argument, a keyword given twice is malformed (vLLM drops positional
+   arguments; a call without them is not the call the model wrote).
 2. Values are Python literals read as JSON: strings, numbers, ``True``/``False``/``None``
    (and JSON's ``true``/``false``/``null``), lists, tuples and sets (as lists), dicts, a
    signed number, an f-string without placeholders. Anything else, and ``inf``, is malformed.
@@ -106,6 +106,8 @@ def _call(node: ast.expr) -> tuple[str, str]:
     for kw in node.keywords:
         if kw.arg is None:
             raise ValueError("a tool call takes no **arguments")
+        if kw.arg in args:
+            raise ValueError(f"keyword argument {kw.arg!r} repeated")  # Python's compiler refuses it too
         args[kw.arg] = _literal(kw.value)
     try:
         return _name(node.func), json.dumps(args, ensure_ascii=False, allow_nan=False)

@@ -38,7 +38,7 @@ def expected_reply(fx: dict[str, Any]) -> Reply:
     return Reply(e["content"] or None, e["reasoning_content"] or None, calls)
 
 
-def replay(tokenizer: Any, preset: str, fx: dict[str, Any], strategy: str) -> Reply:
+def replay(tokenizer: Any, preset: str, fx: dict[str, Any], strategy: str, *, skip_special_tokens: bool = True) -> Reply:
     """``fx``'s output ids through a ``ChatStream`` with ``preset``'s tags, the request's
     tools and the fixture's generation prompt, grouped by ``strategy`` (``STRATEGIES``)."""
     ids = list(fx["output_token_ids"])
@@ -48,6 +48,7 @@ def replay(tokenizer: Any, preset: str, fx: dict[str, Any], strategy: str) -> Re
         tokenizer,
         TagSet.preset(preset),
         prompt_ids=prompt,
+        skip_special_tokens=skip_special_tokens,
         tools=lambda: fx["tools"],
         new_call_id=lambda name, fmt: f"call_{name}",
         streaming=streaming,
