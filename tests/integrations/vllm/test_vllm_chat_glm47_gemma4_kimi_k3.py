@@ -21,11 +21,10 @@ import pytest
 pytest.importorskip("vllm.parser.abstract_parser", reason="vLLM 0.32+ is not installed")
 
 from canitoolcall_fixtures import fixtures  # noqa: E402
-from test_vllm_chat import TOOLS, Family, chat, enc, tokenizer  # noqa: E402
-from vllm.parser.parser_manager import ParserManager  # noqa: E402
-
 from detok_plugin.integrations.vllm import chat as vllm_chat  # noqa: E402
 from detok_plugin.integrations.vllm import chat_registry  # noqa: E402
+from test_vllm_chat import TOOLS, Family, chat, enc, tokenizer  # noqa: E402
+from vllm.parser.parser_manager import ParserManager  # noqa: E402
 
 #: (preset, fixture family, fixture id, the generation prompt): each reply calls
 #: get_weather with string arguments only, which TOOLS' schema keeps strings.
