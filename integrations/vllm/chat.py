@@ -263,7 +263,7 @@ class DetokHarmonyParser(DetokChatParser):
         return reasoning, content, calls or None
 
     def _channels(self, request: Any, prompt: Sequence[int], *, streaming: bool) -> Any:
-        return HarmonyChannels(self, request, prompt, streaming=streaming)
+        return HarmonyChannels(self, request, prompt, streaming=streaming, stream_arguments=streams_arguments(request))
 
 
 def _log_failure(request: Any, exc: Exception, what_follows: str) -> None:

@@ -9,9 +9,14 @@ tokens of the o200k_harmony vocabulary (the prompt ends in ``<|start|>assistant`
 
 The header (role, ``<|channel|>`` and its name, ``to=`` recipient, content type) is never
 text. Its body goes where vLLM's own harmony parser (``vllm/parser/harmony.py``) sends it:
-a ``functions.*`` recipient makes a tool call (name at ``<|message|>``, arguments streamed as
-the body forms, until ``<|call|>``); channel ``analysis`` is reasoning; ``final``, and
-``commentary`` with no recipient, are content; anything else (built-in tools) is dropped.
+a ``functions.*`` recipient makes a tool call; channel ``analysis`` is reasoning; ``final``,
+and ``commentary`` with no recipient, are content; anything else (built-in tools) is dropped.
+A tool call is sent once the model has finished it, whole, as ``detok_plugin.ChatStream``
+sends one: at its message's end marker (``<|call|>``), or at the end of the reply when its
+body is complete (a JSON body that parses; ``<|call|>`` is a stop token, so a finished reply
+often ends without it). A reply cut inside a call's JSON has no call, streamed or not.
+``stream_arguments=True`` (the request's ``detok_stream_arguments``) sends the name at
+``<|message|>`` and the arguments as they form instead, with that option's risk.
 
 :class:`HarmonyChannels` keeps the interface of ``detok_plugin.ChatStream`` (``step(ids,
 finished) -> ChatParts``, ``complete``). Markers are found by id, so nothing of them reaches a
@@ -100,10 +105,13 @@ class Header(NamedTuple):
 class HarmonyChannels:
     """One request's harmony messages, read by id into reasoning, content and tool calls."""
 
-    def __init__(self, parser: Any, request: Any, prompt: Sequence[int], *, streaming: bool = True) -> None:
+    def __init__(
+        self, parser: Any, request: Any, prompt: Sequence[int], *, streaming: bool = True, stream_arguments: bool = False
+    ) -> None:
         self.parser = parser
         self.request = request
         self.streaming = streaming
+        self.stream_arguments = streaming and stream_arguments
         self.tokenizer = parser.model_tokenizer
         self.ids = harmony_ids(self.tokenizer)
         self.reasoning_on = parser.reasoning_parser is not None
@@ -143,7 +151,7 @@ class HarmonyChannels:
                 break
             self._one(tid, parts)
         if finished and self.header is not None:
-            self._close(parts)
+            self._close(parts, at_end=True)
         return parts
 
     def _one(self, tid: int, parts: ChatParts) -> None:
@@ -187,12 +195,13 @@ class HarmonyChannels:
             include_stop_str_in_output=bool(getattr(self.request, "include_stop_str_in_output", False)),
             keep_log=False,
         )
-        if self.header.kind() == "tool" and self.tools_on and self.streaming:
+        if self.header.kind() == "tool" and self.tools_on and self.stream_arguments:
             assert self.header.recipient is not None
             name = _api.extract_function_from_recipient(self.header.recipient)
             parts.tool(self.calls, id=self._new_id(name), name=name)
 
-    def _close(self, parts: ChatParts) -> None:
+    def _close(self, parts: ChatParts, *, at_end: bool = False) -> None:
+        """A message ends: at its end marker, or (``at_end``) with the reply."""
         header, state = self.header, self.state
         assert header is not None and state is not None
         if not state.finished:
@@ -201,8 +210,15 @@ class HarmonyChannels:
         self.messages.append((kind, text))
         if kind == "tool" and self.tools_on:
             assert header.recipient is not None
-            self.complete.append((_api.extract_function_from_recipient(header.recipient), _arguments(text, header.content_type)))
-            self.calls += 1
+            name = _api.extract_function_from_recipient(header.recipient)
+            if at_end and not _finished_body(text, header.content_type):
+                logger.warning("detok-plugin: the reply ended inside tool call %r; the unfinished call is dropped", name)
+            else:
+                arguments = _arguments(text, header.content_type)
+                self.complete.append((name, arguments))
+                if self.streaming and not self.stream_arguments:
+                    parts.tool(self.calls, id=self._new_id(name), name=name, args=arguments)
+                self.calls += 1
         self.header, self.state = None, None
 
     def _route(self, text: str, parts: ChatParts) -> None:
@@ -217,7 +233,7 @@ class HarmonyChannels:
             parts.reasoning.append(text)
         elif kind == "content":
             parts.content.append(text)
-        elif kind == "tool" and self.tools_on:
+        elif kind == "tool" and self.tools_on and self.stream_arguments:
             parts.tool(self.calls, args=text)
 
     def joined(self) -> tuple[str | None, str | None]:
@@ -240,6 +256,18 @@ def _arguments(text: str, content_type: str | None) -> str:
         return json.dumps(json.loads(text))
     except json.JSONDecodeError:
         return text
+
+
+def _finished_body(text: str, content_type: str | None) -> bool:
+    """Whether a call's body that the reply ended in is complete: a JSON body (the content
+    type JSON, or unsaid) must parse; another body has no end but its marker."""
+    if content_type is not None and "json" not in content_type:
+        return False
+    try:
+        json.loads(text)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def _stops(request: Any) -> tuple[str, ...]:

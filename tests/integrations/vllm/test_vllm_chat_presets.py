@@ -521,12 +521,51 @@ def test_harmony_bodies_one_byte_per_token() -> None:
     assert (ours.joined("reasoning"), ours.joined("content"), ours.calls()) == (reasoning, content, calls)
 
 
-def test_harmony_name_first_then_arguments_as_they_form() -> None:
+def test_harmony_name_first_then_arguments_as_they_form_when_the_request_asks() -> None:
     out = harmony_ids([THOUGHT, CALL])
-    seen = harmony_chat(out)
+    seen = harmony_chat(out, vllm_xargs={"detok_stream_arguments": True})
     named = [i for i, d in enumerate(seen.deltas) if d and any(tc.function and tc.function.name for tc in d.tool_calls)]
     pieces = streamed_args(seen)
     assert len(named) == 1 and len(pieces) > 5 and "".join(pieces) == CALL[2]
+
+
+def test_harmony_call_is_sent_whole_once_finished() -> None:
+    out = harmony_ids([THOUGHT, CALL])
+    seen = harmony_chat(out)
+    sent = [(i, tc) for i, d in enumerate(seen.deltas) if d for tc in d.tool_calls]
+    close = out.index(tokenizer("gpt_oss").convert_tokens_to_ids("<|call|>"))
+    assert len(sent) == 1 and sent[0][0] == close  # one delta, at the call's end marker
+    assert sent[0][1].function.name == "get_weather" and json.loads(sent[0][1].function.arguments) == ARGS
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_harmony_reply_cut_inside_a_call_has_no_call(stream: bool) -> None:
+    """max_tokens ends the reply inside the call's JSON: the model never finished it, so
+    neither the stream nor the whole reply returns it (the gpt-oss path returned it whole)."""
+    from detok_plugin.integrations.vllm import chat_registry
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.parser import ParserManager
+
+    tok = tokenizer("gpt_oss")
+    out = harmony_ids([THOUGHT, CALL])
+    cut = out[: out.index(tok.convert_tokens_to_ids("<|call|>")) - 3]
+    with pytest.raises(json.JSONDecodeError):  # the cut is inside the call's JSON
+        json.loads(tok.decode(cut, skip_special_tokens=False).rpartition("<|message|>")[2])
+    if stream:
+        seen = harmony_chat(cut)
+        assert not [tc for d in seen.deltas if d for tc in d.tool_calls]
+        assert seen.joined("reasoning") == THOUGHT[2]
+        return
+    chat_registry.register_chat_parsers()
+    cls = ParserManager.get_parser(
+        reasoning_parser_name=HARMONY.names[0], tool_parser_name=HARMONY.names[1], enable_auto_tools=True, is_harmony=True,
+        tokenizer=tok,
+    )
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS_FOR_HARMONY)
+    parser = cls(tok, request.tools)
+    parser.set_prompt_token_ids(enc(tok, HARMONY.prompt))
+    reasoning, _content, calls = parser.parse("", request, True, cut)
+    assert reasoning == THOUGHT[2] and calls is None
 
 
 @pytest.mark.parametrize(
