@@ -117,16 +117,25 @@ class Notation:
         return i
 
     def _key(self, buf: str, i: int, out: list[str]) -> int:
-        colon = buf.find(":", i + self._seen)
+        """A bare key up to its ``:``, or a key between ``<|"|>`` delimiters (which may hold
+        a ``:``) and the ``:`` after it."""
+        if buf.startswith(QUOTE, i):
+            close = buf.find(QUOTE, i + len(QUOTE))
+            if close < 0:
+                return -1
+            after = close + len(QUOTE)
+        elif len(buf) - i < len(QUOTE) and QUOTE.startswith(buf[i:]):
+            return -1  # may still become a quoted key
+        else:
+            after = i
+        colon = buf.find(":", max(after, i + self._seen))
         if colon < 0:
             self._seen = len(buf) - i
             return -1
         self._seen = 0
-        key = buf[i:colon].strip()
-        if len(key) > 2 * len(QUOTE) and key.startswith(QUOTE) and key.endswith(QUOTE):
-            key = key[len(QUOTE) : -len(QUOTE)]
-        elif not key or any(c in key for c in "{}[],<"):
-            self.error = f"not a key: {key!r}"
+        key = buf[i + len(QUOTE) : after - len(QUOTE)] if after > i else buf[i:colon].strip()
+        if buf[after:colon].strip(_BLANK) if after > i else (not key or any(c in key for c in "{}[],<")):
+            self.error = f"not a key: {buf[i:colon]!r}"
             return i
         out.append(json.dumps(key, ensure_ascii=False) + ": ")
         self.mode = _VALUE
@@ -277,15 +286,14 @@ class Gemma4BodyReader:
             notation = self._notation = Notation()
             events.append((0, name, ""))
             self.calls, self.done = 1, [False]
-            self._args.append("{")
         piece = notation.feed(text)
         if notation.error is not None:
             self._dead = True
             return events  # malformed: the parse at the close reports it
+        piece = "{" + piece if events else piece  # the object's brace goes with its first piece
         if piece:
             self._args.append(piece)
-        if events or piece:
-            events.append((0, None, piece if not events else "{" + piece))
+            events.append((0, None, piece))
         self.done[0] = notation.closed
         return events
 

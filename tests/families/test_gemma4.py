@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from canitoolcall_fixtures import family_json, fixtures, params
 from family_checks import calls_of, check_reader, expected_reply, read, text_reply
+from hypothesis import given
+from hypothesis import strategies as st
 
 from detok_plugin import TagSet, parse_tool_body
 from detok_plugin.families import tool_format
@@ -194,3 +196,42 @@ def test_a_whole_reply_gives_the_expected_calls_and_content_and_reasoning_up_to_
     assert got.calls == (want.calls if want else [])
     if want is not None:
         assert got.soft() == want.soft()
+
+
+_Q_ = '<|"|>'
+_ODD = 'a <|" b ' * 60  # delimiter starts that are not delimiters
+SYNTHETIC = (
+    "call:save{"
+    + "long key " * 40
+    + ":"
+    + "1" * 300
+    + ","
+    + _Q_
+    + "quoted: key"
+    + _Q_
+    + ":"
+    + _Q_
+    + _ODD
+    + _Q_
+    + ","
+    + "nested:[{k:[1, 2.5e-3, "
+    + _Q_
+    + "}]"
+    + _Q_
+    + "]}, true, null],x:-0.25}"
+)
+
+
+@given(st.lists(st.integers(0, len(SYNTHETIC)), max_size=60))
+def test_any_chunking_of_long_keys_bare_values_and_strings_streams_the_parse(cuts: list[int]) -> None:
+    """Any cut through a long bare key, a long bare value, a quoted key and a long string
+    with delimiter starts in it: the same events as whole, and all of the parse."""
+    bounds = sorted(cuts)
+    pieces = [SYNTHETIC[a:b] for a, b in zip([0, *bounds], [*bounds, len(SYNTHETIC)])]
+    got, whole = read(FORMAT, pieces), read(FORMAT, [SYNTHETIC])
+    assert got.key() == whole.key() and got.done == [True]
+    [(name, args)] = parse_tool_body(SYNTHETIC, FORMAT)
+    assert got.names == {0: name} and got.args[0] == args
+    parsed = json.loads(args)
+    assert parsed["long key " * 39 + "long key"] == int("1" * 300) and parsed["quoted: key"] == 'a <|" b ' * 60
+    assert parsed["nested"] == [{"k": [1, 2.5e-3, "}]"]}, True, None] and parsed["x"] == -0.25
