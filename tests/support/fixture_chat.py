@@ -57,8 +57,7 @@ def replay(tokenizer: Any, preset: str, fx: dict[str, Any], strategy: str, *, sk
         fields = chat.message(ids, finished=True) or {}
         return Reply(fields.get("content") or None, fields.get("reasoning") or None, _read(chat.complete))
     [chosen] = [s for s in DEFAULT_STRATEGIES if s.id == strategy]
-    special = {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
-    groups = split(ids, chosen, special)
+    groups = split(ids, chosen, _special_ids(tokenizer))
     content, reasoning = [], []
     calls: dict[int, list[str]] = {}
     for n, group in enumerate(groups):
@@ -70,6 +69,20 @@ def replay(tokenizer: Any, preset: str, fx: dict[str, Any], strategy: str, *, sk
             fn = call["function"]
             calls[call["index"]] = [name + (fn.get("name") or ""), args + fn.get("arguments", "")]
     return Reply("".join(content) or None, "".join(reasoning) or None, _read([tuple(calls[k]) for k in sorted(calls)]))
+
+
+_SPECIAL: dict[int, tuple[Any, frozenset[int]]] = {}
+
+
+def _special_ids(tokenizer: Any) -> frozenset[int]:
+    """The tokenizer's special ids (the ``special`` strategy's cuts), read once per tokenizer."""
+    known = _SPECIAL.get(id(tokenizer))
+    if known is None or known[0] is not tokenizer:
+        known = _SPECIAL[id(tokenizer)] = (
+            tokenizer,
+            frozenset(i for i, t in tokenizer.added_tokens_decoder.items() if t.special),
+        )
+    return known[1]
 
 
 def _read(calls: list[Any]) -> list[tuple[str, Any]]:
