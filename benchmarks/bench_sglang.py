@@ -67,9 +67,12 @@ def requests(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> 
     return out
 
 
-def run_scheduler(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> tuple[tuple[int, int], list[Any]]:
+def run_scheduler(
+    tok: Any, ids: list[list[int]], stops: bool, prompt: list[int], checks: bool = True
+) -> tuple[tuple[int, int], list[Any]]:
     """Nanoseconds for every request's checks over every step, and over the steps between
-    the first (each request's setup) and the last; each request's finish."""
+    the first (each request's setup) and the last; each request's finish. ``checks=False``:
+    the harness alone (the loop and the appends, no check)."""
     reqs = requests(tok, ids, stops, prompt)
     pairs = list(zip(reqs, ids))
     n = len(ids[0])
@@ -80,10 +83,15 @@ def run_scheduler(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]
             marks.append(time.process_time_ns())
         for req, out in pairs:
             req.output_ids.append(out[step])
-            req._check_str_based_finish(1)
-            req.check_match_stop_str_prefix()
+            if checks:
+                req._check_str_based_finish(1)
+                req.check_match_stop_str_prefix()
     total = time.process_time_ns() - t0
     return (total, marks[1] - marks[0]), [req.finished_reason for req in reqs]
+
+
+def run_scheduler_harness(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> tuple[tuple[int, int], list[Any]]:
+    return run_scheduler(tok, ids, stops, prompt, checks=False)
 
 
 def payloads(ids: list[list[int]], prompt: list[int]) -> list[Any]:
@@ -115,11 +123,12 @@ def manager(tok: Any) -> Any:
     return m
 
 
-def run_detokenizer(tok: Any, steps: list[Any]) -> tuple[tuple[int, int], list[str]]:
+def run_detokenizer(tok: Any, steps: list[Any], harness: bool = False) -> tuple[tuple[int, int], list[str]]:
     """Nanoseconds for every step's batch, and for the steps between the first (each
-    request's setup) and the last (each request's end); each request's text."""
+    request's setup) and the last (each request's end); each request's text. ``harness``:
+    the loop alone, its call a no-op."""
     m = manager(tok)
-    decode = m._decode_batch_token_id_output
+    decode = _no_step if harness else m._decode_batch_token_id_output
     t0 = time.process_time_ns()
     first = decode(steps[0])
     t1 = time.process_time_ns()
@@ -128,6 +137,17 @@ def run_detokenizer(tok: Any, steps: list[Any]) -> tuple[tuple[int, int], list[s
     last = decode(steps[-1])
     t3 = time.process_time_ns()
     return (t3 - t0, t2 - t1), ["".join(parts) for parts in zip(first, *middle, last)]
+
+
+def _no_step(recv_obj: Any) -> list[str]:
+    return _EMPTY
+
+
+_EMPTY: list[str] = []
+
+
+def run_detokenizer_harness(tok: Any, steps: list[Any]) -> tuple[tuple[int, int], list[str]]:
+    return run_detokenizer(tok, steps, harness=True)
 
 
 def timed(fn: Any, *args: Any) -> tuple[int, Any]:
@@ -139,15 +159,18 @@ def timed(fn: Any, *args: Any) -> tuple[int, Any]:
         gc.enable()
 
 
-def measure(label: str, fn: Any, args: tuple[Any, ...], per: int, steady_per: int, repeats: int) -> list[float]:
-    """Median ns per token of stock and plugin, whole and steady, alternating rounds;
-    outputs checked equal."""
-    rounds: dict[bool, list[tuple[int, int]]] = {False: [], True: []}
+def measure(
+    label: str, fn: Any, harness: Any, args: tuple[Any, ...], per: int, steady_per: int, repeats: int
+) -> list[float]:
+    """Median ns per token of stock and plugin, whole and steady, the harness's own cost
+    (the same loop without the part timed) taken out; alternating rounds of harness, stock
+    and plugin; outputs checked equal."""
+    rounds: dict[Any, list[tuple[int, int]]] = {None: [], False: [], True: []}
     seen = {}
     for n in range(repeats + 1):
-        for on in (False, True):
+        for on in (None, False, True):
             shim.register() if on else shim.unregister()
-            ns, result = timed(fn, *args)
+            ns, result = timed(harness if on is None else fn, *args)
             if n == 0:
                 seen[on] = result
             else:
@@ -155,12 +178,11 @@ def measure(label: str, fn: Any, args: tuple[Any, ...], per: int, steady_per: in
     shim.unregister()
     if seen[False] != seen[True]:
         raise SystemExit(f"{label}: the plugin's output differs from stock's")
-    return [
-        statistics.median(r[0] for r in rounds[False]) / per,
-        statistics.median(r[0] for r in rounds[True]) / per,
-        statistics.median(r[1] for r in rounds[False]) / steady_per,
-        statistics.median(r[1] for r in rounds[True]) / steady_per,
-    ]
+
+    def net(on: bool, k: int, count: int) -> float:
+        return (statistics.median(r[k] for r in rounds[on]) - statistics.median(r[k] for r in rounds[None])) / count
+
+    return [net(False, 0, per), net(True, 0, per), net(False, 1, steady_per), net(True, 1, steady_per)]
 
 
 def qwen3() -> Any:
@@ -188,12 +210,15 @@ def main() -> None:
         ids = streams(tok, batch, args.tokens)
         per, steady = batch * args.tokens, batch * (args.tokens - 2)
         for stops in (False, True):
-            got = measure("scheduler", run_scheduler, (tok, ids, stops, prompt), per, steady, args.repeats)
+            got = measure("scheduler", run_scheduler, run_scheduler_harness, (tok, ids, stops, prompt), per, steady, args.repeats)
             rows.append(["scheduler stop check", batch, "4" if stops else "none", *_cells(got)])
-        got = measure("detokenizer", run_detokenizer, (tok, payloads(ids, prompt)), per, steady, args.repeats)
+        got = measure(
+            "detokenizer", run_detokenizer, run_detokenizer_harness, (tok, payloads(ids, prompt)), per, steady, args.repeats
+        )
         rows.append(["detokenizer step", batch, "(scheduler's)", *_cells(got)])
     print(f"SGLang 0.5.23, Qwen3 tokenizer, {args.tokens} ids per request, median of {args.repeats} rounds; CPU ns per token")
-    print("(whole: every step, each request's setup and end included; steady: the steps between)")
+    print("(whole: every step, each request's setup and end included; steady: the steps between;")
+    print(" the harness's own loop, measured alone in the same rounds, taken out of both)")
     print(table(rows, ["part", "batch", "stops", "stock", "plugin", "plugin / stock", "stock steady", "plugin steady", "steady ratio"]))
 
 

@@ -61,7 +61,9 @@ class ServingStream:
     The joined text is :class:`DetokenizerState`'s content for the same options, exactly:
     ``decode(prompt + out)[len(decode(prompt)):]``, cut at a stop as the options say.
     ``finish_reason`` and ``stop_reason`` are attributes to read after each push (vLLM's
-    meanings: ``"stop"`` with the stop string or stop token id, None for EOS; ``"length"``).
+    meanings: ``"stop"`` with the stop string or stop token id, None for EOS; ``"length"``),
+    and so is ``held``: the settled text held back because a stop may be forming (a
+    scheduler holds a request's unsent ids while it is not ``""``).
     ``token_ids`` is the list of output ids taken; do not change it.
 
     ``on_unknown_id``: given, an id the tokenizer does not know (past its vocabulary, a
@@ -78,6 +80,7 @@ class ServingStream:
         "_stop_ids",
         "finish_reason",
         "stop_reason",
+        "held",
         "_fed_below",
         "_runs",
         "_dec",
@@ -93,6 +96,7 @@ class ServingStream:
     token_ids: list[int]
     finish_reason: FinishReason | None
     stop_reason: str | int | None
+    held: str
     _rest: dict[int, str | None] | None  # _known while the reference is at rest, else None
     _fed_below: int  # ids below it may be fed to the decoder here: _size while the
     # reference's boundary is at rest (the decoder may hold bytes), else 0
@@ -251,11 +255,6 @@ class ServingStream:
         return self._state.finished
 
     @property
-    def held(self) -> str:
-        """Settled text held back because a stop may be forming."""
-        return self._state.held
-
-    @property
     def path(self) -> str:
         """The decoder's path: ``byte_level``, ``sentencepiece`` or ``generic``."""
         return self._state.path
@@ -273,6 +272,7 @@ class ServingStream:
         state = self._state
         self.finish_reason = state.finish_reason
         self.stop_reason = state.stop_reason
+        self.held = state.held  # changes only in the reference: the shortcuts hold nothing
         calm = state._boundary_at_rest()  # noqa: SLF001
         self._rest = self._known if calm and self._dec.idle else None
         # A stop with U+FFFD, which even a byte-level tail may complete, sends every id to

@@ -49,7 +49,7 @@ FIELDS = (
 class RequestText:
     """One request's text: its stream, the context ids, and the pieces sent so far."""
 
-    __slots__ = ("stream", "context", "pieces")
+    __slots__ = ("stream", "push", "context", "pieces")
 
     def __init__(self, tokenizer: Any, recv_obj: Any, i: int) -> None:
         ids = recv_obj.decode_ids[i]
@@ -65,16 +65,13 @@ class RequestText:
             request_id=str(recv_obj.rids[i]),
             on_unknown_id=_log_unknown_id,
         )
+        self.push = self.stream.push_text
         self.pieces: list[str] = []
 
     def step(self, ids: Sequence[int]) -> str:
         """A live request's ids: the text they complete."""
-        stream = self.stream
-        if len(ids) == 1:
-            text = stream.push_text(ids[0])
-        else:
-            push = stream.push_text
-            text = "".join([push(i) for i in ids])
+        push = self.push
+        text = push(ids[0]) if len(ids) == 1 else "".join([push(i) for i in ids])
         if text:
             self.pieces.append(text)
         return text
@@ -158,10 +155,9 @@ def decode_batch_token_id_output(self: Any, recv_obj: Any) -> list[str]:
         text = texts.get(rid)
         ids = decode_ids[i]
         if text.__class__ is common and reasons[i] is None and len(ids) == 1:
-            stream = text.stream
-            before = len(stream.token_ids)
+            before = len(text.stream.token_ids)
             try:  # the common step, inline: one id of a live request
-                piece = stream.push_text(ids[0])
+                piece = text.push(ids[0])
             except Exception as exc:
                 _hand_over(self, texts, text, recv_obj, i, exc, before)
                 piece = None

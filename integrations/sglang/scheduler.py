@@ -99,7 +99,7 @@ def check_str_based_finish(self: Any, new_accepted_len: int = 1) -> bool:
         stream = self._detok_plugin_stops
     except AttributeError:
         stream = _watch(self)
-    if stream is None:
+    if stream is None:  # no stop strings, a stop regex, no tokenizer: stock's check
         return _STOCK[_CHECK](self, new_accepted_len)  # type: ignore[no-any-return]
     ids = self.output_ids
     taken = stream.token_ids
@@ -133,7 +133,7 @@ def check_match_stop_str_prefix(self: Any) -> bool:
         stream = _catch_up(self, stream)
     if stream is None:
         return _STOCK[_PREFIX](self)  # type: ignore[no-any-return]
-    return stream.finish_reason is not None or stream.held != ""
+    return stream.held != "" or stream.finish_reason is not None
 
 
 class _StockMethods(dict[str, Any]):

@@ -188,7 +188,9 @@ def detokenizer_hand_over() -> dict[str, Any]:
             no_stop_trim=[False] * 2, skip_special_tokens=[True] * 2, spaces_between_special_tokens=[True] * 2,
         )
         if step == 4:  # inside 你好's bytes
-            m._detok_plugin_texts["a"].stream = _Raises(m._detok_plugin_texts["a"].stream)
+            faulty = m._detok_plugin_texts["a"]
+            faulty.stream = _Raises(faulty.stream)
+            faulty.push = faulty.stream.push_text
         for rid, text in zip(batch.rids, m._decode_batch_token_id_output(batch)):
             texts[rid] += text
     expected = tok.decode(context + ids, skip_special_tokens=True)[len(tok.decode(context, skip_special_tokens=True)) :]
