@@ -317,12 +317,17 @@ class DsmlBodyReader:
             events.append((k, None, piece))
 
 
+#: A tag still forming past this length is not read as it streams (its names would be
+#: searched again on every piece): the parse at the close decides the body.
+_TAG_MAX = 1024
+
+
 def _may_become(text: str, head: str) -> bool:
     """Whether ``text`` (from a ``<``) may still grow into a tag that starts with ``head``:
     a prefix of ``head``, or ``head`` and attributes with no ``>`` outside quotes yet."""
     if len(text) <= len(head):
         return head.startswith(text)
-    if not text.startswith(head) or head.startswith("</"):
+    if not text.startswith(head) or head.startswith("</") or len(text) > _TAG_MAX:
         return False
     unquoted = re.sub(r'"[^"]*"', "", text[len(head) :]).split('"')[0]
     return ">" not in unquoted

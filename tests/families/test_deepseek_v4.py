@@ -222,3 +222,17 @@ def test_a_long_string_value_streams_in_one_character_pieces_holding_only_a_clos
         held = max(held, max(len(v) for s in type(reader).__slots__ if isinstance(v := getattr(reader, s, None), str)))
     assert held <= len(P.format("content", "true", ""))  # a tag while it forms, never the value
     assert reader.args == [json.dumps({"content": value}, ensure_ascii=False)]
+
+
+def test_a_tag_that_never_closes_stops_the_reading_after_a_bounded_length() -> None:
+    """A name that never ends (hostile or broken output) is not searched again on every
+    piece forever: past ``_TAG_MAX`` the reader stops and the parse decides at the close."""
+    body = '<｜DSML｜invoke name="' + "x" * 5000
+    reader = tool_format(V4).reader(None)
+    held = 0
+    for ch in body:
+        assert reader.feed(ch) == []
+        held = max(held, max(len(v) for s in type(reader).__slots__ if isinstance(v := getattr(reader, s, None), str)))
+    assert held <= 1025
+    with pytest.raises(ValueError):
+        parse_tool_body(body, V4)
