@@ -36,8 +36,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from _common import table  # noqa: F401  (puts tests/support on sys.path)
-
+import _common  # noqa: F401  (puts tests/support on sys.path)
 import conformance as C
 
 CONFIG_NAMES = ("detok", "stock", "pairing")

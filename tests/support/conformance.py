@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from canitoolcall.adapters.base import ReplayInput
 from canitoolcall.adapters.vllm import chat_template_kwargs_for, resolve_parsers
+from canitoolcall.checks import NONSTREAM
 from canitoolcall.chunking import DEFAULT_STRATEGIES, ChunkStrategy, split
 from canitoolcall.fixtures import Family, Fixture, load_fixtures
 from canitoolcall.results import CaseResult, ParseResult, Status
@@ -55,12 +56,11 @@ __all__ = [
     "fixtures",
     "local_tokenizer",
     "non_passes",
-    "nonstream_parse",
     "parse_nonstream",
     "parse_stream",
     "replay_for",
+    "replays",
     "run_case",
-    "stream_parse",
 ]
 
 #: Not one of CanIToolCall's statuses: the fixture was not run.
@@ -132,8 +132,8 @@ def local_tokenizer(fixture: Fixture) -> TokenizerChoice:
 
 
 @functools.cache
-def _vllm_tokenizer(name: str) -> Any:
-    return get_cached_tokenizer(zoo_tokenizer(name))
+def _vllm_tokenizer(name: str, eos: str | None) -> Any:
+    return get_cached_tokenizer(zoo_tokenizer(name, eos))
 
 
 @functools.cache
@@ -174,8 +174,8 @@ def _stop_ids(tok: Any, fixture: Fixture, family: Family | None) -> tuple[tuple[
     stop_ids = tuple(vocab[t] for t in tokens if t in vocab)
     if fixture.truncated:
         return stop_ids, None
-    rule = STOP_TOKENS.get(fixture.family, StopRule(tokens[0] if tokens else ""))
-    ended = next((vocab[t] for t in [rule.for_output(fixture.raw_output), *tokens] if t in vocab), None)
+    rule = STOP_TOKENS.get(fixture.family, StopRule(tuple(tokens)))
+    ended = next((vocab[t] for t in [*rule.for_output(fixture.raw_output), *tokens] if t in vocab), None)
     return stop_ids, ended
 
 
@@ -187,7 +187,7 @@ def replay_for(fixture: Fixture, config: Config) -> Replay | FixtureResult:
     names = _parser_names(fixture, config)
     if isinstance(names, str):
         return _not_run(fixture, config, Status.UNSUPPORTED.value, names)
-    tok = _vllm_tokenizer(choice.name)
+    tok = _vllm_tokenizer(choice.name, choice.eos)
     family = family_of(fixture)
     raw = ReplayInput.from_fixture(fixture, family)
     prompt = PROMPT_HEADS.get(fixture.family, "") + (raw.generation_prompt or "")
@@ -215,38 +215,45 @@ def _ids(fixture: Fixture) -> list[int]:
     return list(fixture.output_token_ids)
 
 
-def nonstream_parse(fixture: Fixture, config: Config) -> ParseResult | FixtureResult:
-    """The non-streamed parse, or why it was not run."""
-    replay = replay_for(fixture, config)
-    if isinstance(replay, FixtureResult):
-        return replay
-    with plugin_switch(config.plugin):
-        return replay_nonstream(replay, _ids(fixture))
-
-
-def stream_parse(fixture: Fixture, config: Config, strategy_id: str) -> ParseResult | FixtureResult:
-    """The streamed parse under one chunking strategy, or why it was not run."""
+def replays(
+    fixture: Fixture, config: Config, strategies: Sequence[ChunkStrategy] = DEFAULT_STRATEGIES
+) -> dict[str, ParseResult] | FixtureResult:
+    """The non-streamed parse (key ``nonstream``) and one streamed parse per strategy (its
+    id), under one switch of the plugin; or why the fixture was not run."""
     replay = replay_for(fixture, config)
     if isinstance(replay, FixtureResult):
         return replay
     choice = local_tokenizer(fixture)
     assert choice.name is not None
+    special = _special_ids(choice.name)
     units = with_stop(replay, _ids(fixture))
-    groups = split(units, ChunkStrategy.parse(strategy_id), special=_special_ids(choice.name))
     with plugin_switch(config.plugin):
-        return replay_stream(replay, groups)
+        out = {NONSTREAM: replay_nonstream(replay, _ids(fixture))}
+        for s in strategies:
+            out[s.id] = replay_stream(replay, split(units, s, special=special))
+    return out
 
 
 @functools.cache
+def _replays(fixture_id: str, config_name: str, strategy_ids: tuple[str, ...]) -> dict[str, ParseResult] | FixtureResult:
+    strategies = [ChunkStrategy.parse(s) for s in strategy_ids]
+    return replays(_corpus()[fixture_id], CONFIGS[config_name], strategies)
+
+
+_DEFAULT_IDS = tuple(s.id for s in DEFAULT_STRATEGIES)
+
+
 def parse_nonstream(fixture_id: str, config_name: str) -> ParseResult | FixtureResult:
-    """:func:`nonstream_parse`, once per process."""
-    return nonstream_parse(_corpus()[fixture_id], CONFIGS[config_name])
+    """The non-streamed parse (replayed once per process with the default strategies' streams)."""
+    parsed = _replays(fixture_id, config_name, _DEFAULT_IDS)
+    return parsed if isinstance(parsed, FixtureResult) else parsed[NONSTREAM]
 
 
-@functools.cache
 def parse_stream(fixture_id: str, config_name: str, strategy_id: str) -> ParseResult | FixtureResult:
-    """:func:`stream_parse`, once per process."""
-    return stream_parse(_corpus()[fixture_id], CONFIGS[config_name], strategy_id)
+    """The streamed parse under one strategy (replayed once per process)."""
+    ids = _DEFAULT_IDS if strategy_id in _DEFAULT_IDS else (strategy_id,)
+    parsed = _replays(fixture_id, config_name, ids)
+    return parsed if isinstance(parsed, FixtureResult) else parsed[strategy_id]
 
 
 def run_case(
@@ -257,26 +264,21 @@ def run_case(
     cached: bool = True,
 ) -> FixtureResult:
     """Replay ``fixture`` under a configuration (non-streaming and every strategy) and judge
-    it with CanIToolCall's ``evaluate``. ``wall_s`` times the replays of this call;
-    ``cached=False`` replays them again (the benchmark's timing)."""
+    it with CanIToolCall's ``evaluate``. ``wall_s`` times this call's replays; ``cached=False``
+    replays them again (the benchmark's timing), else they are replayed once per process."""
     config = CONFIGS[config_name]
     t0 = time.perf_counter()
     if cached:
-        nonstream = parse_nonstream(fixture.id, config.name)
+        parsed = _replays(fixture.id, config.name, tuple(s.id for s in strategies))
     else:
-        nonstream = nonstream_parse(fixture, config)
-    if isinstance(nonstream, FixtureResult):
-        return nonstream
-    streams: dict[str, ParseResult] = {}
-    for s in strategies:
-        parsed = parse_stream(fixture.id, config.name, s.id) if cached else stream_parse(fixture, config, s.id)
-        assert isinstance(parsed, ParseResult)
-        streams[s.id] = parsed
+        parsed = replays(fixture, config, strategies)
     wall = time.perf_counter() - t0
+    if isinstance(parsed, FixtureResult):
+        return parsed
     reply = {
         "supported": True,
-        "nonstream": nonstream.to_dict(),
-        "streams": {k: v.to_dict() for k, v in streams.items()},
+        "nonstream": parsed[NONSTREAM].to_dict(),
+        "streams": {k: v.to_dict() for k, v in parsed.items() if k != NONSTREAM},
         "parser_config": {"config": config.name, "tokenizer": local_tokenizer(fixture).name},
     }
     case = evaluate(fixture, family_of(fixture), reply, include_observed="failures")

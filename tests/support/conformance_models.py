@@ -32,6 +32,7 @@ import tokenizer_zoo
 
 __all__ = [
     "DETOK_PARSERS",
+    "MODEL_EOS",
     "PROMPT_HEADS",
     "STOP_TOKENS",
     "TOKENIZERS",
@@ -63,21 +64,50 @@ TOKENIZERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+#: (pattern over the pin, the model's own EOS) where its tokenizer_config.json names another
+#: EOS than the zoo's build of the same vocabulary (the zoo's llama3 is Llama 3.2 1B's, EOS
+#: <|end_of_text|>; the Instruct models' is <|eot_id|>). vLLM reads the EOS from the tokenizer.
+MODEL_EOS: tuple[tuple[str, str], ...] = ((r"Llama-3\.[1-3]-.*Instruct", "<|eot_id|>"),)
+
+
 @dataclass(frozen=True, slots=True)
 class TokenizerChoice:
-    """A pin's local tokenizer (``name``), or why it has none (``name`` is None)."""
+    """A pin's local tokenizer (``name``, with the model's ``eos`` where it differs from the
+    zoo's), or why it has none (``name`` is None)."""
 
     name: str | None
     why: str
+    eos: str | None = None
 
 
 @functools.cache
-def zoo_tokenizer(name: str) -> Any | None:
-    """The zoo's tokenizer called ``name``, or None where tokenizer_zoo cannot build it here."""
+def _zoo_load(name: str, eos: str | None) -> tuple[Any | None, str]:
     try:
-        return tokenizer_zoo.load(name)
-    except (KeyError, FileNotFoundError, ImportError):
-        return None
+        if eos is None:
+            return tokenizer_zoo.load(name), ""
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(tokenizer_zoo.directory(name), eos_token=eos), ""
+    except KeyError:
+        return None, "not in tokenizer_zoo"
+    except Exception as exc:  # a builder that cannot build here (a package missing, a changed file)
+        return None, f"tokenizer_zoo cannot build it here ({type(exc).__name__}: {exc})"
+
+
+def zoo_tokenizer(name: str, eos: str | None = None) -> Any | None:
+    """The zoo's tokenizer called ``name`` (its EOS ``eos`` if given), or None where
+    tokenizer_zoo cannot build it here."""
+    return _zoo_load(name, eos)[0]
+
+
+def _candidates(pin: str) -> list[str]:
+    """Zoo names mapped here, then any the zoo itself says reproduce the pin's fixtures."""
+    names = list(next((names for pattern, names in TOKENIZERS if re.search(pattern, pin)), ()))
+    try:
+        from tokenizer_zoo_more import FIXTURE_MODELS
+    except ImportError:
+        return names
+    return names + [n for n, pins in FIXTURE_MODELS.items() if pin in pins and n not in names]
 
 
 def _reproduces(tok: Any, fixtures: Sequence[Any]) -> str | None:
@@ -94,18 +124,19 @@ def _reproduces(tok: Any, fixtures: Sequence[Any]) -> str | None:
 
 def tokenizer_for(pin: str, fixtures: Sequence[Any]) -> TokenizerChoice:
     """The zoo tokenizer for tokenizer pin ``pin``, verified on all of the pin's ``fixtures``."""
-    names = next((names for pattern, names in TOKENIZERS if re.search(pattern, pin)), ())
+    names = _candidates(pin)
     if not names:
         return TokenizerChoice(None, f"no zoo tokenizer is mapped to {pin}")
     tried: list[str] = []
     for name in names:
-        tok = zoo_tokenizer(name)
+        tok, why = _zoo_load(name, None)
         if tok is None:
-            tried.append(f"{name}: not in tokenizer_zoo")
+            tried.append(f"{name}: {why}")
             continue
         problem = _reproduces(tok, fixtures)
         if problem is None:
-            return TokenizerChoice(name, f"{name} reproduces raw_output on all {len(fixtures)} fixtures")
+            eos = next((e for pattern, e in MODEL_EOS if re.search(pattern, pin)), None)
+            return TokenizerChoice(name, f"{name} reproduces raw_output on all {len(fixtures)} fixtures", eos)
         tried.append(f"{name}: {problem}")
     return TokenizerChoice(None, "; ".join(tried))
 
@@ -183,31 +214,33 @@ PROMPT_HEADS: dict[str, str] = {
 
 @dataclass(frozen=True, slots=True)
 class StopRule:
-    """The token that ended a finished generation: ``after_call`` when the output's last
-    message is a tool call (``call_marker`` in the text after ``last_split``), else ``token``."""
+    """The token that ended a finished generation: the first of ``after_call`` in the
+    vocabulary when the output's last message is a tool call (``call_marker`` in the text
+    after ``last_split``), else the first of ``tokens`` in the vocabulary."""
 
-    token: str
+    tokens: tuple[str, ...]
     call_marker: str | None = None
-    after_call: str | None = None
+    after_call: tuple[str, ...] = ()
     last_split: str | None = None
 
-    def for_output(self, raw_output: str) -> str:
+    def for_output(self, raw_output: str) -> tuple[str, ...]:
         tail = raw_output.rsplit(self.last_split, 1)[-1] if self.last_split else raw_output
-        if self.call_marker is not None and self.after_call is not None and self.call_marker in tail:
-            return self.after_call
-        return self.token
+        if self.call_marker is not None and self.call_marker in tail:
+            return self.after_call + self.tokens
+        return self.tokens
 
 
 #: family -> its stop rule (the ids of all of the family's stop tokens are the request's
 #: stop ids, as vLLM reads them from generation_config.json).
 STOP_TOKENS: dict[str, StopRule] = {
-    "qwen3-hermes": StopRule("<|im_end|>"),
-    "qwen3-xml": StopRule("<|im_end|>"),
-    "deepseek": StopRule("<｜end▁of▁sentence｜>"),
-    "llama": StopRule("<|eot_id|>", "<|python_tag|>", "<|eom_id|>"),
-    "gpt-oss": StopRule("<|return|>", "to=", "<|call|>", last_split="<|end|>"),
-    "glm": StopRule("<|user|>", "<tool_call>", "<|observation|>"),
-    "kimi": StopRule("<|im_end|>"),
-    "gemma4": StopRule("<turn|>", "<|tool_call>", "<|tool_response>"),
-    "mistral": StopRule("</s>"),
+    "qwen3-hermes": StopRule(("<|im_end|>",)),
+    "qwen3-xml": StopRule(("<|im_end|>",)),
+    "deepseek": StopRule(("<｜end▁of▁sentence｜>",)),
+    # Llama 3: <|eom_id|> after a <|python_tag|> call, else <|eot_id|>; Llama 4: <|eot|>.
+    "llama": StopRule(("<|eot_id|>", "<|eot|>"), "<|python_tag|>", ("<|eom_id|>",)),
+    "gpt-oss": StopRule(("<|return|>",), "to=", ("<|call|>",), last_split="<|end|>"),
+    "glm": StopRule(("<|user|>",), "<tool_call>", ("<|observation|>",)),
+    "kimi": StopRule(("<|im_end|>", "<|end_of_msg|>")),
+    "gemma4": StopRule(("<turn|>",), "<|tool_call>", ("<|tool_response>",)),
+    "mistral": StopRule(("</s>",)),
 }
