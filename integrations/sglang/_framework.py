@@ -58,6 +58,7 @@ class Seams(NamedTuple):
     DetokenizerManager: Any  # sglang.srt.managers.detokenizer_manager.DetokenizerManager
     DecodeStatus: Any  # stock's per-request detokenizer state (a request handed over)
     max_states: int  # the capacity of its state dict (SGLANG_DETOKENIZER_MAX_STATES)
+    context: int  # the prompt ids its detokenizer decodes before a request's output
 
 
 @functools.cache  # an ImportError is not cached: the next call tries again
@@ -74,6 +75,7 @@ def seams() -> Seams:
         detokenizer_manager.DetokenizerManager,
         detokenizer_manager.DecodeStatus,
         int(getattr(detokenizer_manager, "DETOKENIZER_MAX_STATES", 1 << 16)),
+        int(getattr(schedule_batch, "INIT_INCREMENTAL_DETOKENIZATION_OFFSET", 5)),
     )
 
 

@@ -10,8 +10,11 @@ seen: it leaks into the text and generation runs on; and a stop visible only acr
 special token the request skips is missed.
 
 Here each request with stop strings gets a ``ServingStream`` (:func:`open_stream`, on the
-request's first check, kept on the request) with the request's stops and text flags (``skip_special_tokens``, ``spaces_between_special_tokens``)
-and its whole prompt, fed each output id once. ``_check_str_based_finish`` sets SGLang's
+request's first check, kept on the request) with the request's stops and text flags
+(``skip_special_tokens``, ``spaces_between_special_tokens``) and the prompt ids SGLang's
+detokenizer decodes before the output (its last ``INIT_INCREMENTAL_DETOKENIZATION_OFFSET``,
+5), fed each output id once: the stop is looked for in the very text the client is sent, and
+the setup costs the same for any prompt length. ``_check_str_based_finish`` sets SGLang's
 ``FINISH_MATCHED_STR(matched=stop)`` and ``finished_len`` (the ids through the one that
 completed the stop) exactly when the text first contains a stop; the prefix check holds the
 ids while, and only while, the stream holds a genuine partial stop. What stays SGLang's:
@@ -43,11 +46,13 @@ _PREFIX = "check_match_stop_str_prefix"
 
 
 def open_stream(req: Any) -> ServingStream:
-    """A request's stop stream: its stops, its text flags, its whole prompt."""
+    """A request's stop stream: its stops, its text flags, the prompt ids its text follows."""
     params = req.sampling_params
+    prompt = req.origin_input_ids_unpadded or ()
+    start = max(len(prompt) - _framework.seams().context, 0)  # what SGLang's detokenizer decodes
     return ServingStream.from_tokenizer(
         req.tokenizer,
-        prompt_ids=list(req.origin_input_ids_unpadded or ()),
+        prompt_ids=prompt[start:],
         skip_special_tokens=bool(params.skip_special_tokens),
         spaces_between_special_tokens=bool(params.spaces_between_special_tokens),
         stop=tuple(params.stop_strs),
