@@ -45,6 +45,11 @@ BODIES = {
     "kimi_k2": ('<|tool_call_begin|>functions.write:0<|tool_call_argument_begin|>{"path": "a.py"}<|tool_call_end|>',),
     "qwen3_xml": ("<function=read_file>\n<parameter=path>\n東京/a.txt\n</parameter>\n</function>\n", "<function=x"),
     "glm45": ("write_file\n<arg_key>path</arg_key>\n<arg_value>src/a.py</arg_value>\n",),
+    "gemma4": ('call:write{path:<|"|>東京/a.py<|"|>,n:[1,2.5],ok:true}', "call:bad no brace"),
+    "kimi_k3": (
+        '<|open|>call tool="write" index="1"<|sep|><|open|>argument key="path" type="string"<|sep|>a.py'
+        '<|close|>argument<|sep|><|open|>argument key="n" type="number"<|sep|>3<|close|>argument<|sep|><|close|>call<|sep|>',
+    ),
 }
 
 
