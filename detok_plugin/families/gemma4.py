@@ -226,10 +226,12 @@ def in_string(body: str) -> bool:
 
 
 def _name(head: str) -> str:
-    """``call:NAME`` (blanks around it allowed) to NAME; ``ValueError`` for anything else."""
+    """``call:NAME`` (blanks around it allowed), or ``:NAME`` (some checkpoints leave out
+    ``call``; vLLM 0.33 reads it too), to NAME; ``ValueError`` for anything else."""
     head = head.strip()
-    name = head[len(_PREFIX) :].strip()
-    if not head.startswith(_PREFIX) or not name or any(c in name for c in "<>{}:" + _BLANK):
+    prefix = _PREFIX if head.startswith(_PREFIX) else ":"
+    name = head[len(prefix) :].strip()
+    if not head.startswith(prefix) or not name or any(c in name for c in "<>{}:" + _BLANK):
         raise ValueError(f"a Gemma 4 tool call starts 'call:NAME{{', not {head[:40]!r}")
     return name
 
@@ -299,8 +301,10 @@ class Gemma4BodyReader:
 
 
 def _may_become_head(head: str) -> bool:
-    """Whether text with no ``{`` yet may still become ``call:NAME``."""
+    """Whether text with no ``{`` yet may still become ``call:NAME`` or ``:NAME``."""
     head = head.lstrip()
+    if head.startswith(":"):
+        return "<" not in head
     return _PREFIX.startswith(head) if len(head) < len(_PREFIX) else head.startswith(_PREFIX) and "<" not in head
 
 

@@ -141,6 +141,12 @@ def test_a_bare_value_that_is_no_json_number_or_literal_is_kept_as_its_text() ->
     assert json.loads(args) == {"a": 1e-05, "b": 0, "c": "1 b:2", "d": "True", "e": "nan", "f": ["x", 2]}
 
 
+def test_a_call_without_the_word_call_is_read_as_vllm_reads_it() -> None:
+    """Some checkpoints write ``<|tool_call>:NAME{...}`` (vLLM 0.33's Gemma 4 parser reads it)."""
+    assert calls_of(parse_tool_body(":get_time{}", FORMAT)) == [("get_time", {})]
+    assert read(FORMAT, list(':get_time{tz:<|"|>UTC<|"|>}')).names == {0: "get_time"}
+
+
 def test_each_piece_sends_what_the_rules_allow_at_once() -> None:
     """Per piece, derived by hand: the name at its ``{``; a string as it forms, its last
     characters held while they may begin ``<|"|>``; a bare value at the character that
