@@ -14,8 +14,11 @@
     </tool_call>
 
 A value loses one leading and one trailing newline (the template's markup); values are text
-until the request's schemas type them (``_xml_values``). A body that is a JSON object instead
-is read as Hermes JSON, as vLLM's parser does.
+until the request's schemas type them (``_xml_values``). Inside a value, a tag is markup only
+at a line start (``</function>`` or ``</tool_call>`` written in a value is text); a value whose
+``</parameter>`` never comes ends at the next tag on a line of its own. A body that is a JSON
+object instead is read as Hermes JSON, as vLLM's parser does. A model that leaves out
+``<tool_call>`` and opens with ``<function=`` (``Preset.bare_open``) writes a call too.
 
 >>> body = "<function=f>\\n<parameter=n>\\n3\\n</parameter>\\n<parameter=s>\\nhi\\n</parameter>\\n</function>"
 >>> parse(body)
@@ -37,25 +40,66 @@ from ._xml_values import properties_of, trim_newlines, typed_json
 
 __all__ = ["FAMILY"]
 
-_FUNCTION = re.compile(r"<function=([^>]*)>(.*?)(?:</function>|(?=<function=)|\Z)", re.DOTALL)
-# A value ends at its close tag or at the next parameter; unlike vLLM's converter, also at
-# the end of the function (a last parameter whose close tag the model left out is kept).
-_PARAMETER = re.compile(r"<\s*parameter\s*=\s*([^>]*)>(.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=)|\Z)", re.DOTALL)
+#: The body's markup. Inside a parameter's value a tag is markup only at a line start (the
+#: template writes each on its own line), and a ``</parameter>`` also where markup or the
+#: body's end follows it (a compact body): anywhere else it is text of the value.
+_MARKUP = re.compile(r"<function=([^>]*)>|</function>|<\s*parameter\s*=\s*([^>]*)>|<\s*/\s*parameter\s*>")
+_AFTER_CLOSE = re.compile(r"\s*(?:<function=|</function>|<\s*parameter\s*=|</tool_call>|$)")
+
+
+class _Walk:
+    """The calls of a body, read by the grammar: ``calls`` as ``[name, {key: raw value}]``;
+    ``value`` the key and start of the value still open at the end, else None."""
+
+    __slots__ = ("calls", "value")
+
+    def __init__(self, body: str) -> None:
+        self.calls: list[tuple[str, dict[str, str]]] = []
+        self.value: tuple[str, int] | None = None
+        for m in _MARKUP.finditer(body):
+            if self.value is not None and not self._ends_value(body, m):
+                continue  # text of the value
+            self._markup(body, m)
+
+    def _ends_value(self, body: str, m: re.Match[str]) -> bool:
+        key, start = self.value  # type: ignore[misc]
+        at_line = m.start() > start and body[m.start() - 1] == "\n"
+        closes = m.group(0).lstrip("<").lstrip().startswith("/") and "parameter" in m.group(0)
+        if not (at_line or (closes and _AFTER_CLOSE.match(body, m.end()))):
+            return False
+        self.calls[-1][1][key] = body[start : m.start()]
+        self.value = None
+        return True
+
+    def _markup(self, body: str, m: re.Match[str]) -> None:
+        if m.group(1) is not None:
+            self.calls.append((m.group(1).strip(), {}))
+        elif m.group(2) is not None and self.calls:
+            self.value = (m.group(2), m.end())
 
 
 def parse(body: str, tools: Tools = None) -> list[tuple[str, str]]:
     if body.lstrip().startswith("{"):
         return [named_call(json.loads(body), "arguments")]
+    walk = _Walk(body)
+    if walk.value is not None:  # a last value whose close tag never came runs to the end
+        key, start = walk.value
+        walk.calls[-1][1][key] = body[start:]
     calls = []
-    for m in _FUNCTION.finditer(body):
-        name = m.group(1).strip()
+    for name, raw in walk.calls:
         if not name:
             raise ValueError("a <function=...> tag with no name")
-        params = {p.group(1): trim_newlines(p.group(2)) for p in _PARAMETER.finditer(m.group(2))}
+        params = {k: trim_newlines(v) for k, v in raw.items()}
         calls.append((name, typed_json(params, properties_of(tools, name))))
     if not calls:
         raise ValueError("no <function=...> block in the body")
     return calls
+
+
+def marker_is_text(body: str) -> bool:
+    """A marker right after ``body`` is text when a value is open there and the marker is
+    not at a line start (the grammar of ``_Walk``)."""
+    return not body.endswith("\n") and _Walk(body).value is not None
 
 
 _WS = r"\s*"
@@ -85,6 +129,6 @@ _DIALECT = XmlDialect(
 )
 
 FAMILY = Family(
-    ToolFormat("qwen3_xml", parse, lambda tools: XmlBodyReader(_DIALECT, tools), typed_by_schema=True),
-    (Preset("qwen3_coder", "<think>", "</think>", "<tool_call>", "</tool_call>"),),
+    ToolFormat("qwen3_xml", parse, lambda tools: XmlBodyReader(_DIALECT, tools), typed_by_schema=True, marker_is_text=marker_is_text),
+    (Preset("qwen3_coder", "<think>", "</think>", "<tool_call>", "</tool_call>", bare_open="<function="),),
 )

@@ -1,0 +1,177 @@
+"""The chat layer's rules for tool-call bodies, through ``ChatStream`` on real tokenizers
+(Qwen3, DeepSeek V3, Llama 3 from tests/support/tokenizer_zoo.py), streamed one id per
+step, three per step and all in one, and whole (``streaming=False``):
+
+* a marker written inside a value (a JSON string, a Qwen3-Coder parameter value) is text
+  of the value, not a marker (``ToolFormat.marker_is_text``, asked by the core);
+* a call goes out once the model has finished it, whole; a body the reply ended inside is
+  dropped (neither a call nor content), the calls finished before it stay;
+* a body opened without the tool tag (``Preset.bare_open``): Llama 3's JSON call at the
+  reply's start, Qwen3-Coder's ``<function=``; a JSON answer is content;
+* whitespace between and after calls is markup, not content.
+
+The replies are CanIToolCall 0.1.1's cases (marker-in-arguments, truncated-second-parallel-call,
+l3-*, llamacpp-coder-bare-function), written out here and encoded by the real tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from detok_plugin import ChatStream, TagSet
+
+STEPS = [pytest.param(1, id="1-per-step"), pytest.param(3, id="3-per-step"), pytest.param(0, id="one-step")]
+
+
+def enc(tok: Any, text: str) -> list[int]:
+    return list(tok.encode(text, add_special_tokens=False))
+
+
+def streamed(tok: Any, preset: str, ids: list[int], step: int, *, prompt: str = "", **kw: Any) -> tuple[str, str, list[tuple[str, Any]]]:
+    """Content, reasoning and calls as an OpenAI client joins a stream's deltas."""
+    s = ChatStream(tok, TagSet.preset(preset), prompt_ids=enc(tok, prompt), new_call_id=lambda name, fmt: "call", **kw)
+    content, reasoning, calls = [], [], {}  # type: list[str], list[str], dict[int, list[str]]
+    n = step or len(ids)
+    for i in range(0, len(ids), n):
+        fields = s.message(ids[i : i + n], i + n >= len(ids)) or {}
+        content.append(fields.get("content") or "")
+        reasoning.append(fields.get("reasoning") or "")
+        for tc in fields.get("tool_calls", ()):
+            slot = calls.setdefault(tc["index"], ["", ""])
+            slot[0] += tc["function"].get("name") or ""
+            slot[1] += tc["function"].get("arguments") or ""
+    return "".join(content), "".join(reasoning), [(n_, json.loads(a)) for n_, a in (calls[k] for k in sorted(calls))]
+
+
+def whole(tok: Any, preset: str, ids: list[int], *, prompt: str = "", **kw: Any) -> tuple[str, str, list[tuple[str, Any]]]:
+    s = ChatStream(tok, TagSet.preset(preset), prompt_ids=enc(tok, prompt), new_call_id=lambda name, fmt: "call", streaming=False, **kw)
+    parts = s.step(ids, True)
+    return "".join(parts.content), "".join(parts.reasoning), [(n, json.loads(a)) for n, a in s.complete]
+
+
+def both(tok: Any, preset: str, ids: list[int], step: int, **kw: Any) -> tuple[str, str, list[tuple[str, Any]]]:
+    """The stream's result, checked equal to the whole reply's."""
+    got = streamed(tok, preset, ids, step, **kw)
+    assert got == whole(tok, preset, ids, **kw)
+    return got
+
+
+@pytest.fixture(scope="module")
+def qwen3(load_tokenizer: Any) -> Any:
+    return load_tokenizer("qwen3")
+
+
+# --- a marker inside a value is text -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_hermes_close_tag_inside_a_json_string_is_text(qwen3: Any, step: int) -> None:
+    args = {"text": 'Use <tool_call> ... </tool_call> tags, or "<think>" blocks.'}
+    body = json.dumps({"name": "echo", "arguments": args})
+    ids = enc(qwen3, f"<tool_call>\n{body}\n</tool_call>")
+    assert enc(qwen3, "</tool_call>")[0] in ids[1:-1]  # the inner close tag is its marker token
+    assert both(qwen3, "qwen3", ids, step) == ("", "", [("echo", args)])
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_deepseek_v31_call_marker_inside_a_json_string_is_text(load_tokenizer: Any, step: int) -> None:
+    tok = load_tokenizer("deepseek_v3")
+    args = {"text": "Tokens like <｜tool▁call▁begin｜>f<｜tool▁sep｜>{} are markup."}
+    raw = f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>echo<｜tool▁sep｜>{json.dumps(args, ensure_ascii=False)}<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+    assert both(tok, "deepseek_v31", enc(tok, raw), step) == ("", "", [("echo", args)])
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_qwen3_coder_markup_inside_a_value_is_text(qwen3: Any, step: int) -> None:
+    text = "Close with </function> then </tool_call>; open with <function=x>."
+    raw = f"<tool_call>\n<function=write_file>\n<parameter=path>\nx.md\n</parameter>\n<parameter=content>\n{text}\n</parameter>\n</function>\n</tool_call>"
+    assert both(qwen3, "qwen3_coder", enc(qwen3, raw), step) == ("", "", [("write_file", {"path": "x.md", "content": text})])
+
+
+def test_qwen3_coder_value_grammar() -> None:
+    """Inside a value a tag is markup only at a line start, or a ``</parameter>`` that markup
+    follows (a compact body); a value whose close tag never came ends at the next tag's line."""
+    from detok_plugin import parse_tool_body
+
+    inline = "Close tags inline: </parameter> and </function> and <parameter=path> are text here."
+    body = f"<function=w>\n<parameter=content>\n{inline}\n</parameter>\n</function>"
+    assert parse_tool_body(body, "qwen3_xml") == [("w", json.dumps({"content": inline}))]
+    missing = "<function=g>\n<parameter=city>\nDallas\n<parameter=state>\nTX\n</parameter>\n</function>"
+    assert parse_tool_body(missing, "qwen3_xml") == [("g", '{"city": "Dallas", "state": "TX"}')]
+    compact = "<function=f><parameter=a>1</parameter><parameter=b>x</parameter></function>"
+    assert parse_tool_body(compact, "qwen3_xml") == [("f", '{"a": "1", "b": "x"}')]
+
+
+def test_a_close_tag_inside_a_string_does_not_end_the_body_for_stops(qwen3: Any) -> None:
+    """``tools="inline"`` (the detokenizer's stream under vLLM's chat layer): a stop string
+    inside the arguments, after an inner ``</tool_call>``, is still inside the body."""
+    from detok_plugin import TaggedServingStream
+
+    body = json.dumps({"name": "echo", "arguments": {"text": "a </tool_call> then STOP here"}})
+    raw = f"Ok.<tool_call>\n{body}\n</tool_call>after STOP tail"
+    s = TaggedServingStream.from_tokenizer(qwen3, tags=TagSet.preset("qwen3"), stop=("STOP",))
+    out = "".join(s.push_text(i) for i in enc(qwen3, raw) if not s.finished)
+    assert out == raw[: raw.index("after STOP") + len("after ")] and s.finish_reason == "stop"
+
+
+# --- a call goes out once finished --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_reply_cut_in_its_second_call_keeps_the_first(qwen3: Any, step: int) -> None:
+    first = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich", "unit": "c"}}\n</tool_call>'
+    raw = first + '\n<tool_call>\n{"name": "search", "arguments": {"query": "café'
+    assert both(qwen3, "qwen3", enc(qwen3, raw), step) == ("", "", [("get_weather", {"city": "Zürich", "unit": "c"})])
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_nothing_of_an_unfinished_call_is_sent(qwen3: Any, step: int) -> None:
+    raw = 'Let me look.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'
+    assert both(qwen3, "qwen3", enc(qwen3, raw), step) == ("Let me look.", "", [])
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_whitespace_between_and_after_calls_is_not_content(qwen3: Any, step: int) -> None:
+    call = '<tool_call>\n{"name": "f", "arguments": {"n": %d}}\n</tool_call>'
+    raw = "<think>\nhm\n</think>\n\n" + call % 1 + "\n" + call % 2 + "\n\n"
+    content, reasoning, calls = both(qwen3, "qwen3", enc(qwen3, raw), step)
+    assert content == "\n\n" and reasoning == "\nhm\n" and calls == [("f", {"n": 1}), ("f", {"n": 2})]
+    content, _, _ = both(qwen3, "qwen3", enc(qwen3, call % 1 + "\nDone."), step)
+    assert content == "\nDone."  # text after a call keeps the whitespace before it
+
+
+# --- a body opened without the tool tag --------------------------------------------------------
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        pytest.param('{"name": "get_time", "parameters": {}}', ("", [("get_time", {})]), id="parameters"),
+        pytest.param(' {"name": "s", "arguments": {"q": "<|python_tag|>x"}}', ("", [("s", {"q": "<|python_tag|>x"})]), id="arguments"),
+        pytest.param('{"capital": "Paris", "country": "France"}', ('{"capital": "Paris", "country": "France"}', []), id="json-answer"),
+        pytest.param('{"a": 1} is a dict', ('{"a": 1} is a dict', []), id="json-then-text"),
+        pytest.param('Sure: {"name": "f", "parameters": {}}', ('Sure: {"name": "f", "parameters": {}}', []), id="text-first"),
+        pytest.param('{"name": "f", "parameters": {"a": [1, ', ('{"name": "f", "parameters": {"a": [1,', []), id="unfinished"),
+    ],
+)
+def test_llama3_json_call_without_python_tag(load_tokenizer: Any, raw: str, want: tuple[str, list[Any]], step: int) -> None:
+    """vLLM's ``llama3_json`` rule: a reply that is a JSON object with a name and its
+    arguments (or parameters) is a call; any other JSON answer is content. An unfinished
+    body is a malformed one here (the format has no closer): content, never a call."""
+    tok = load_tokenizer("llama3")
+    prompt = "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    # Special tokens kept, so the <|python_tag|> written inside a string stays its text.
+    content, _, calls = both(tok, "llama3", enc(tok, raw), step, prompt=prompt, skip_special_tokens=False)
+    assert (content.strip(), calls) == want
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_qwen3_coder_function_without_tool_call_opener(qwen3: Any, step: int) -> None:
+    prose = "I will list the Markdown files."
+    call = "<function=glob>\n<parameter=pattern>\n**/*.md\n</parameter>\n</function>\n</tool_call>"
+    content, _, calls = both(qwen3, "qwen3_coder", enc(qwen3, prose + "\n\n" + call), step)
+    assert content.strip() == prose and calls == [("glob", {"pattern": "**/*.md"})]
