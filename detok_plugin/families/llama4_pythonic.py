@@ -129,23 +129,53 @@ def _name(func: ast.expr) -> str:
 
 def _literal(node: ast.expr) -> Any:
     """A value (rule 2) as the JSON value it stands for."""
-    if isinstance(node, ast.Constant):
-        if node.value is None or isinstance(node.value, (str, int, float)):
-            return node.value
-    elif isinstance(node, ast.Dict):
-        if all(isinstance(k, ast.Constant) and not isinstance(k.value, bytes) for k in node.keys):
-            return {k.value: _literal(v) for k, v in zip(node.keys, node.values)}  # type: ignore[union-attr]
-    elif isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        return [_literal(v) for v in node.elts]
-    elif isinstance(node, ast.Name) and node.id in _JSON_NAMES:
-        return _JSON_NAMES[node.id]
-    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        value = _literal(node.operand)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return -value if isinstance(node.op, ast.USub) else value
-    elif isinstance(node, ast.JoinedStr) and all(isinstance(v, ast.Constant) for v in node.values):
-        return "".join(str(v.value) for v in node.values)  # type: ignore[attr-defined]
-    raise ValueError(f"a tool call argument must be a literal, not {ast.dump(node)[:60]}")
+    read = _LITERALS.get(type(node))
+    value = read(node) if read is not None else _NOT
+    if value is _NOT:
+        raise ValueError(f"a tool call argument must be a literal, not {ast.dump(node)[:60]}")
+    return value
+
+
+_NOT = object()  # what a reader below returns for a node of its type that is no literal
+
+
+def _constant(node: Any) -> Any:
+    return node.value if node.value is None or isinstance(node.value, (str, int, float)) else _NOT
+
+
+def _dict(node: Any) -> Any:
+    if not all(isinstance(k, ast.Constant) and not isinstance(k.value, bytes) for k in node.keys):
+        return _NOT  # a ** unpacking, or a key that is no literal
+    return {k.value: _literal(v) for k, v in zip(node.keys, node.values)}
+
+
+def _items(node: Any) -> Any:
+    return [_literal(v) for v in node.elts]
+
+
+def _json_name(node: Any) -> Any:
+    return _JSON_NAMES.get(node.id, _NOT)
+
+
+def _signed(node: Any) -> Any:
+    if not isinstance(node.op, (ast.USub, ast.UAdd)):
+        return _NOT
+    value = _literal(node.operand)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return _NOT
+    return -value if isinstance(node.op, ast.USub) else value
+
+
+def _fstring(node: Any) -> Any:
+    if not all(isinstance(v, ast.Constant) for v in node.values):
+        return _NOT  # placeholders
+    return "".join(str(v.value) for v in node.values)
+
+
+_LITERALS: dict[type[ast.expr], Any] = {
+    ast.Constant: _constant, ast.Dict: _dict, ast.List: _items, ast.Tuple: _items, ast.Set: _items,
+    ast.Name: _json_name, ast.UnaryOp: _signed, ast.JoinedStr: _fstring,
+}  # fmt: skip
 
 
 # --- the reader ----------------------------------------------------------------------------

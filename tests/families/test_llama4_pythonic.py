@@ -21,8 +21,7 @@ from canitoolcall_fixtures import fixtures, params
 from family_checks import calls_of, check_reader, read
 from fixture_chat import STRATEGIES, expected_reply, replay
 
-from detok_plugin import TagSet, parse_tool_body
-from detok_plugin._chat import ChatStream
+from detok_plugin import ChatStream, TagSet, parse_tool_body
 
 FMT = "llama4_pythonic"
 ALL = [fx for fx in fixtures("llama") if "Llama-4" in fx["models"][0]]

@@ -14,8 +14,7 @@ from typing import Any, NamedTuple
 
 from canitoolcall.chunking import DEFAULT_STRATEGIES, split
 
-from detok_plugin import TagSet
-from detok_plugin._chat import ChatStream
+from detok_plugin import ChatStream, TagSet
 
 __all__ = ["STRATEGIES", "Reply", "expected_reply", "replay"]
 
