@@ -342,6 +342,8 @@ class ChatStream:
         if call.error is not None:
             if call.unterminated:  # the model never finished it: not a call, not content
                 self._log.warning("detok-plugin: %s; the unfinished tool call is dropped", call.error)
+                for k, (name, arguments) in enumerate(self._finished_calls()):
+                    self._deliver(k, _Call(name, arguments), parts)
                 return
             tags = self.tags
             opener = "" if self.state._tool_bare else (tags.tool_open or "")  # a bare body holds its opener
@@ -351,7 +353,27 @@ class ChatStream:
             parts.content.append(raw)
             return
         k = call.index - self.body_index  # which call of this body
-        call = self._typed(call, k)
+        self._deliver(k, self._typed(call, k), parts)
+
+    def _finished_calls(self) -> list[tuple[str, str]]:
+        """The calls of a body the stream ended inside that the model finished: the body up
+        to its last call's close marker (``ToolFormat.call_close``) outside a value, parsed."""
+        close = self.format.call_close
+        body = "".join(self.body)
+        at = body.rfind(close) if close else -1
+        while at >= 0 and self.format.marker_is_text(body[:at]):
+            at = body.rfind(close, 0, at)  # type: ignore[arg-type]
+        if at < 0:
+            return []
+        try:
+            return self.format.parse(body[: at + len(close)].strip(), self.tools)  # type: ignore[arg-type]
+        except (ValueError, TypeError):
+            return []
+
+    def _deliver(self, k: int, call: Any, parts: ChatParts) -> None:
+        """Call ``k`` of the body is finished: kept, and sent (what of it is still unsent)."""
+        reader = self.reader
+        assert reader is not None
         self.complete.append((call.name, call.arguments))
         if not self.streaming:
             return

@@ -78,6 +78,8 @@ class ToolFormat:
     parameter value. It is the one boundary rule for markers in bodies: the core asks it
     before a tool close tag ends a body, and the finished parse and the readers split a
     body by it.
+    ``call_close``: the marker that ends one call of a body of several (DeepSeek's
+    ``<｜tool▁call▁end｜>``); a reply cut inside a body keeps the calls finished before it.
     """
 
     name: str
@@ -87,6 +89,7 @@ class ToolFormat:
     keeps_special_tokens: bool = False
     call_id: Callable[[], str] | None = None
     marker_is_text: Callable[[str], bool] = markers_count
+    call_close: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,6 +65,6 @@ def _head(reader: JsonBodyReader, events: list[Event]) -> None:
 _DIALECT = Dialect(_head, closers=("\n```", END))
 
 FAMILY = Family(
-    ToolFormat("deepseek", parse, lambda tools: JsonBodyReader(_DIALECT), marker_is_text=in_json_string),
+    ToolFormat("deepseek", parse, lambda tools: JsonBodyReader(_DIALECT), marker_is_text=in_json_string, call_close=END),
     (Preset("deepseek_r1", "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),),
 )

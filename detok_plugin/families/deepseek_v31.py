@@ -40,6 +40,6 @@ def _head(reader: JsonBodyReader, events: list[Event]) -> None:
 _DIALECT = Dialect(_head, closers=(END,))
 
 FAMILY = Family(
-    ToolFormat("deepseek_v31", parse, lambda tools: JsonBodyReader(_DIALECT), marker_is_text=in_json_string),
+    ToolFormat("deepseek_v31", parse, lambda tools: JsonBodyReader(_DIALECT), marker_is_text=in_json_string, call_close=END),
     (Preset("deepseek_v31", "<think>", "</think>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"),),
 )

@@ -66,6 +66,6 @@ def _head(reader: JsonBodyReader, events: list[Event]) -> None:
 _DIALECT = Dialect(_head, closers=(_END,))
 
 FAMILY = Family(
-    ToolFormat("kimi_k2", parse, lambda tools: JsonBodyReader(_DIALECT), keeps_special_tokens=True, marker_is_text=in_json_string),
+    ToolFormat("kimi_k2", parse, lambda tools: JsonBodyReader(_DIALECT), keeps_special_tokens=True, marker_is_text=in_json_string, call_close=_END),
     (Preset("kimi_k2", "<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),),
 )

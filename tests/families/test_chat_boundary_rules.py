@@ -128,6 +128,22 @@ def test_a_reply_cut_in_its_second_call_keeps_the_first(qwen3: Any, step: int) -
 
 
 @pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("preset", ["deepseek_r1", "deepseek_v31"])
+def test_a_deepseek_section_cut_in_its_second_call_keeps_the_first(load_tokenizer: Any, preset: str, step: int) -> None:
+    """One calls section holds both calls: the first ended at its ``<｜tool▁call▁end｜>``
+    (``ToolFormat.call_close``), so it stays when the reply is cut in the second."""
+    tok = load_tokenizer("deepseek_v3")
+
+    def call(name: str, args: str) -> str:
+        if preset == "deepseek_v31":
+            return f"<｜tool▁call▁begin｜>{name}<｜tool▁sep｜>{args}<｜tool▁call▁end｜>"
+        return f"<｜tool▁call▁begin｜>function<｜tool▁sep｜>{name}\n```json\n{args}\n```<｜tool▁call▁end｜>"
+
+    raw = "<｜tool▁calls▁begin｜>" + call("get_weather", '{"city": "Zürich"}') + call("search", '{"query": "caf')[:-30]
+    assert both(tok, preset, enc(tok, raw), step) == ("", "", [("get_weather", {"city": "Zürich"})])
+
+
+@pytest.mark.parametrize("step", STEPS)
 def test_nothing_of_an_unfinished_call_is_sent(qwen3: Any, step: int) -> None:
     raw = 'Let me look.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par'
     assert both(qwen3, "qwen3", enc(qwen3, raw), step) == ("Let me look.", "", [])
