@@ -20,8 +20,10 @@ the reply is content. The markers (``<|tool_call>``, ``<|"|>``, ``<|channel>``, 
 special tokens: a request with tools keeps special tokens in its text.
 
 Written from CanIToolCall 0.1.1's Gemma 4 fixtures and format notes and vLLM 0.33's
-``vllm/parser/gemma4.py``; tested without Gemma's own tokenizer, which no PyPI package ships
-(``tests/families/test_gemma4.py``).
+``vllm/parser/gemma4.py``. No PyPI package ships Gemma 4's tokenizer; the tests run the
+recorded texts, and the recorded ids on the test zoo's stand-in (Gemma 3's vocabulary with
+Gemma 4's markers at their ids, which decodes every fixture's ids exactly;
+``tests/families/test_gemma4.py``).
 
 >>> parse('call:get_weather{city:<|"|>Paris, "FR"<|"|>,days:3,hot:true}')
 [('get_weather', '{"city": "Paris, \\\\"FR\\\\"", "days": 3, "hot": true}')]

@@ -1,8 +1,10 @@
 """Gemma 4 (``detok_plugin.families.gemma4``): every Gemma 4 fixture of CanIToolCall 0.1.1
 through the parse and the reader, and the reader's hold rules piece by piece.
 
-No PyPI package ships Gemma 4's tokenizer, so the family is tested on the fixtures' recorded
-texts (``raw_output``). The oracle: each fixture's ``expected`` calls (arguments compared as
+No PyPI package ships Gemma 4's tokenizer: the family is tested on the fixtures' recorded
+texts (``raw_output``), and on their recorded ids (``output_token_ids``) through the chat
+layer with the test zoo's stand-in (Gemma 3's vocabulary with Gemma 4's markers at their
+ids, special; it decodes every fixture's ids to its ``raw_output``). The oracle: each fixture's ``expected`` calls (arguments compared as
 JSON: ``1e-05`` is a number, ``"x,y} \\"q\\""`` one string), written by CanIToolCall from
 Gemma 4's official chat template and from vLLM's, SGLang's and Ollama's tests; for the reader,
 its contract against that parse (``family_checks``); per piece, the module's rules (derived
@@ -19,6 +21,7 @@ from typing import Any
 import pytest
 from canitoolcall_fixtures import family_json, fixtures, params
 from family_checks import calls_of, check_reader, expected_reply, read, text_reply
+from fixture_chat import STRATEGIES, replay
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -241,3 +244,30 @@ def test_any_chunking_of_long_keys_bare_values_and_strings_streams_the_parse(cut
     parsed = json.loads(args)
     assert parsed["long key " * 39 + "long key"] == int("1" * 300) and parsed["quoted: key"] == 'a <|" b ' * 60
     assert parsed["nested"] == [{"k": [1, 2.5e-3, "}]"]}, True, None] and parsed["x"] == -0.25
+
+
+# --- the recorded ids through the chat layer, on the zoo's Gemma 4 tokenizer ------------------
+#
+# tokenizer_zoo's gemma4 (Gemma 3's vocabulary with Gemma 4's markers at their ids, special)
+# decodes every fixture's output_token_ids to its raw_output (tests/core/test_tokenizer_zoo_fixtures.py).
+# Special tokens are kept in the text, as the detok parser asks of a request with tools.
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("fx", params(ALL))
+def test_the_recorded_ids_under_each_chunking_give_the_expected_reply(
+    fx: dict[str, Any], strategy: str, load_tokenizer: Any
+) -> None:
+    """Without streaming and under each of CanIToolCall's default chunkings: calls exact,
+    content and reasoning equal after soft-v1 (the template's newline before
+    ``<channel|>``, a blank before a call); a cut or malformed call is no call."""
+    got = replay(load_tokenizer("gemma4"), "gemma4", fx, strategy, skip_special_tokens=False)
+    if "expected_error" not in fx:
+        want = expected_reply(fx)
+        assert got.calls == want.calls
+        assert ((got.content or "").strip() or None, (got.reasoning or "").strip() or None) == (
+            (want.content or "").strip() or None,
+            (want.reasoning or "").strip() or None,
+        )
+    else:
+        assert got.calls == []
