@@ -59,7 +59,7 @@ def body_of(fx: dict[str, Any]) -> tuple[str, bool] | None:
     return (m.group(1), True) if m else (rest, False)
 
 
-def test_the_presets_are_vllms_names_and_the_encoders_markers() -> None:
+def test_the_presets_open_with_the_encoders_newlines_and_wrapper_or_the_wrapper_alone() -> None:
     want = {
         "deepseek_v32": ("\n\n<｜DSML｜function_calls>", "</｜DSML｜function_calls>", "deepseek_v4"),
         "deepseek_v4": ("\n\n<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", "deepseek_v4"),

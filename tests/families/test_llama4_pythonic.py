@@ -39,7 +39,7 @@ def llama4(load_tokenizer: Any) -> Any:
     return load_tokenizer("llama4")
 
 
-def test_the_preset_is_vllms_name_a_tag_or_a_reply_that_opens_with_a_bracket() -> None:
+def test_the_preset_opens_at_python_start_or_at_a_bracket_that_starts_the_reply() -> None:
     tags = TagSet.preset(FMT)
     assert (tags.reasoning_open, tags.reasoning_close, tags.tool_format) == (None, None, FMT)
     assert (tags.tool_open, tags.tool_close, tags.tool_bare, tags.bare_at_start) == ("<|python_start|>", None, "[", True)
