@@ -207,8 +207,7 @@ class DetokenizerState(Router, Boundary):
         self._log_kind: list[int] = [] if keep_log else _NO_LOG
         self._tool_index = -1
         self._tool_body: list[str] = [] if tags is not None else _NO_LOG
-        self._tool_bare = False
-        self._at_start = tags is not None and tags.bare_at_start and tags.tool_bare is not None
+        self._tool_bare, self._at_start = False, tags is not None and tags.bare_at_start and tags.tool_bare is not None
         self._mode = CONTENT
         if opened.starts_in(tags):
             # A template that ends inside an open reasoning block (``<think>\n``) starts the
