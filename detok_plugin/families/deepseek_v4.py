@@ -112,7 +112,7 @@ def value_of(text: str, string: str | None) -> Any:
         return text
     try:
         return json.loads(text, parse_constant=_not_json)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what the decoder reads
         return text
 
 

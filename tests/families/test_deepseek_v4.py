@@ -156,11 +156,19 @@ def invoke(name: str, *params: tuple[str, str, str]) -> str:
         ("null", "false", None),
         ("3", "maybe", 3),
     ],
+    ids=["blanks", "digits-string", "not-json", "nan", "object", "float", "null", "odd-attribute"],
 )
 def test_a_value_is_text_when_string_is_true_else_json_where_it_is_json(value: str, string: str, want: Any) -> None:
     body = invoke("f", ("v", string, value))
     assert calls_of(parse_tool_body(body, V4)) == [("f", {"v": want})]
     check_reader(V4, body)
+
+
+def test_a_value_nested_past_the_json_decoders_depth_is_text() -> None:
+    deep = "[" * 5000 + "]" * 5000
+    body = invoke("f", ("v", "false", deep))
+    assert calls_of(parse_tool_body(body, V4)) == [("f", {"v": deep})]
+    assert read(V4, [body]).args == {0: json.dumps({"v": deep})}
 
 
 def test_a_parameter_without_its_string_attribute_is_read_as_json() -> None:
