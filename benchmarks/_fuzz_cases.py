@@ -32,18 +32,70 @@ WORDS = ("hi", "there", "hello", "world", "do", "a", "n", "t", "##s", "##ing", "
 WORDPIECE_TEXTS = ("hi there, hello world!", "do n't a t?", "hellos hiing . there", "world's a hi")
 TEXTS = (*MULTILINGUAL, *_common.PARAGRAPHS.values(), "\n\nUser: ok", "###", "STOP", " a b  c ", "…é€", "hi there hello world")
 
-#: Tool-call bodies per format: well formed, and a few that are not.
+_P4 = '<｜DSML｜parameter name="{}" string="{}">{}</｜DSML｜parameter>'
+_P41 = '<｜DSML｜ parameter name="{}" string="{}">{}</｜DSML｜ parameter>'
+
+#: Tool-call bodies per format (the text between its open and close tags): well formed, one
+#: with a marker written inside a value (text of the value, ``ToolFormat.marker_is_text``),
+#: several calls where a format takes them (``ToolFormat.call_close``: a reply cut between
+#: them keeps the first), and a few that are not well formed. Taken from each family's module
+#: docstring and tests (tests/families/); ``formats_without_bodies()`` must be empty.
 BODIES = {
-    "hermes": ('\n{"name": "get_time", "arguments": {"city": "東京", "n": [1, 2]}}\n', '{"name": "f", "arguments": {}}', "{not json"),
-    "llama3": ('{"name": "search", "parameters": {"q": "東京 🫨"}}', "plain text"),
+    "hermes": (
+        '\n{"name": "get_time", "arguments": {"city": "東京", "n": [1, 2]}}\n',
+        '{"name": "f", "arguments": {}}',
+        '{"name": "echo", "arguments": {"text": "end with </tool_call> 東京"}}',
+        "{not json",
+    ),
+    "llama3": ('{"name": "search", "parameters": {"q": "東京 🫨"}}', "plain text", '{"answer": 42}'),
+    "llama4_pythonic": (
+        "[get_weather(city=\"San Francisco\", days=3), get_time(tz='東京')]",
+        "[echo(text='a)] b( [c] <|python_end|>', n=1), ping.now()]",
+        "[ping()]<|python_end|>",
+        "[f('positional')]",
+        "[f(v=1)] and more",
+        "[1, 2]",
+    ),
     "mistral": ('[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": 1}}]', "[1, 2]"),
     "deepseek": (
         "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"北京\"}\n```<｜tool▁call▁end｜>",
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>a\n```json\n{\"x\": \"<｜tool▁calls▁end｜>\"}\n```<｜tool▁call▁end｜>\n"
+        "<｜tool▁call▁begin｜>function<｜tool▁sep｜>b\n```json\n{}\n```<｜tool▁call▁end｜>",
         "no calls",
     ),
-    "deepseek_v31": ('<｜tool▁call▁begin｜>write<｜tool▁sep｜>{"path": "a.py"}<｜tool▁call▁end｜>',),
-    "kimi_k2": ('<|tool_call_begin|>functions.write:0<|tool_call_argument_begin|>{"path": "a.py"}<|tool_call_end|>',),
-    "qwen3_xml": ("<function=read_file>\n<parameter=path>\n東京/a.txt\n</parameter>\n</function>\n", "<function=x"),
+    "deepseek_v31": (
+        '<｜tool▁call▁begin｜>write<｜tool▁sep｜>{"path": "a.py"}<｜tool▁call▁end｜>',
+        '<｜tool▁call▁begin｜>a<｜tool▁sep｜>{"s": "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"}<｜tool▁call▁end｜>'
+        '<｜tool▁call▁begin｜>b<｜tool▁sep｜>{}<｜tool▁call▁end｜>',
+    ),
+    "deepseek_v4": (
+        '\n<｜DSML｜invoke name="get_weather">\n' + _P4.format("city", "true", "東京") + "\n"
+        + _P4.format("days", "false", "3") + "\n</｜DSML｜invoke>\n",
+        '\n<｜DSML｜invoke name="echo">\n'
+        + _P4.format("text", "true", "end with </｜DSML｜tool_calls></｜DSML｜function_calls> and </｜DSML｜invoke>")
+        + "\n</｜DSML｜invoke>\n",
+        '\n<｜DSML｜invoke name="ping"/>\n',
+        '<｜DSML｜invoke name="f">\nstray' + _P4.format("a", "true", "1") + "\n</｜DSML｜invoke>",
+        '<｜DSML｜invoke name="f">\n<｜DSML｜parameter name="a" string="true">1\n</｜DSML｜invoke>',
+    ),
+    "deepseek_v41": (
+        '\n<｜DSML｜ invoke name="get_weather">\n' + _P41.format("city", "true", "東京") + "\n"
+        + _P41.format("days", "false", "[1, 2]") + "\n</｜DSML｜ invoke>\n",
+        '\n<｜DSML｜ invoke name="echo">\n' + _P41.format("text", "true", "a</｜DSML｜ calls> b</｜DSML｜parameter>")
+        + "\n</｜DSML｜ invoke>\n",
+        '<｜DSML｜invoke name="v4_spelling">\n</｜DSML｜invoke>',
+    ),
+    "kimi_k2": (
+        '<|tool_call_begin|>functions.write:0<|tool_call_argument_begin|>{"path": "a.py"}<|tool_call_end|>',
+        '<|tool_call_begin|>functions.a:0<|tool_call_argument_begin|>{"s": "<|tool_calls_section_end|>"}<|tool_call_end|>'
+        '<|tool_call_begin|>functions.b:1<|tool_call_argument_begin|>{}<|tool_call_end|>',
+    ),
+    "qwen3_xml": (
+        "<function=read_file>\n<parameter=path>\n東京/a.txt\n</parameter>\n</function>\n",
+        "<function=echo>\n<parameter=text>\nsay </function></tool_call> twice\n</parameter>\n</function>\n",
+        "<function=a>\n<parameter=x>\n1\n</parameter>\n</function>\n<function=b>\n<parameter=y>\n2\n</parameter>\n</function>\n",
+        "<function=x",
+    ),
     "glm45": ("write_file\n<arg_key>path</arg_key>\n<arg_value>src/a.py</arg_value>\n",),
     "gemma4": ('call:write{path:<|"|>東京/a.py<|"|>,n:[1,2.5],ok:true}', "call:bad no brace"),
     "kimi_k3": (
@@ -51,6 +103,13 @@ BODIES = {
         '<|close|>argument<|sep|><|open|>argument key="n" type="number"<|sep|>3<|close|>argument<|sep|><|close|>call<|sep|>',
     ),
 }
+
+
+def formats_without_bodies() -> list[str]:
+    """The tool formats some registered preset writes that ``BODIES`` has no bodies for
+    (a chat draw of such a preset would raise ``KeyError``)."""
+    formats = {TagSet.preset(name).tool_format for name in TagSet.presets()}
+    return sorted(f for f in formats if not BODIES.get(f))
 
 
 class Tok(NamedTuple):
@@ -167,15 +226,22 @@ def _ids(rng: random.Random, t: Tok, n: int, tags: TagSet | None) -> list[int]:
 
 def _reply(rng: random.Random, t: Tok, tags: TagSet) -> list[int]:
     """A chat reply as a model writes one: reasoning, an answer and tool calls in the
-    preset's markers, encoded whole; then, sometimes, a few random ids."""
+    preset's markers (or opened by its bare opener), blanks or a word between and after
+    them, encoded whole; then, sometimes, a few random ids."""
     parts = []
     if tags.reasoning_open and rng.random() < 0.6:
         parts += [tags.reasoning_open, rng.choice(t.texts)[:40], tags.reasoning_close or ""]
     parts.append(rng.choice(t.texts)[: rng.randint(0, 40)])
     for _ in range(rng.choice((0, 1, 1, 2)) if tags.tool_open else 0):
-        parts += [tags.tool_open or "", rng.choice(BODIES[tags.tool_format]), tags.tool_close or ""]
+        body = rng.choice(BODIES[tags.tool_format])
+        bare = tags.tool_bare
+        if bare and rng.random() < 0.4:  # opened without the tool tag (Preset.bare_open)
+            parts += [body if body.startswith(bare) else bare + body, tags.tool_close or ""]
+        else:
+            parts += [tags.tool_open or "", body, tags.tool_close or ""]
         if tags.tool_close is None:
             break  # the body runs to the end of the reply
+        parts.append(rng.choice(("", "", "\n", " \n", "\n\n", "ok")))  # between and after calls
     ids = _encode(t.tok, "".join(parts))
     if rng.random() < 0.3:
         ids += _ids(rng, t, rng.randint(1, 6), None)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from _fuzz_cases import Case, Tok
-from _fuzz_oracle import CONTENT, REASONING, Opts, Oracle, Rules, Want, channels, events_of, reference, released
+from _fuzz_oracle import CONTENT, REASONING, Item, Opts, Oracle, Rules, Want, channels, events_of, reference, released
 
 from detok_plugin import ChatStream, ServingStream, TaggedServingStream, TagSet, families, live_tags
 
@@ -90,13 +90,13 @@ def serving(c: Case, t: Tok) -> list[str]:
     return check.problems
 
 
-def _rules(c: Case, t: Tok, tags: TagSet, stop_in_reasoning: bool) -> Rules:
+def _rules(c: Case, t: Tok, tags: TagSet, stop_in_reasoning: bool, chat: bool = False) -> Rules:
     start = CONTENT
     if tags.reasoning_open and tags.reasoning_close and c.prompt:
         start = REASONING if t.tok.decode(c.prompt[-16:]).rstrip().endswith(tags.reasoning_open) else CONTENT
     kinds = {"r_open": tags.reasoning_open, "r_close": tags.reasoning_close, "t_open": tags.tool_open, "t_close": tags.tool_close}
     id_tags = {t.id_tags[text]: kind for kind, text in kinds.items() if text in t.id_tags}
-    return Rules(tags, stop_in_reasoning, start, id_tags if c.skip else {})
+    return Rules(tags, stop_in_reasoning, start, id_tags if c.skip else {}, keeps_id_close=chat)
 
 
 def tagged(c: Case, t: Tok) -> list[str]:
@@ -126,25 +126,72 @@ def tagged(c: Case, t: Tok) -> list[str]:
     return check.problems
 
 
-def _chat_want(tags: TagSet, items: list[tuple[str, str, bool]]) -> tuple[str, str, list[tuple[str, str]], bool]:
-    """Content, reasoning and the parsed calls a chat reply's channels make; whether a body
-    was malformed (sent as content, raw: its tags and text)."""
-    content, reasoning, calls, malformed = [], [], [], False
-    for kind, text, closed in items:
-        if kind == "content":
-            content.append(text)
-        elif kind == "reasoning":
-            reasoning.append(text)
-        elif tags.tool_close is not None and not closed:
-            content.append((tags.tool_open or "") + text)
-            malformed = True
-        else:
-            try:
-                calls += families.parse_tool_body(text.strip(), tags.tool_format)
-            except (ValueError, TypeError):
-                content.append((tags.tool_open or "") + text + ((tags.tool_close or "") if closed else ""))
-                malformed = True
-    return "".join(content), "".join(reasoning), calls, malformed
+def _finished_before_cut(fmt: families.ToolFormat, body: str) -> list[tuple[str, str]]:
+    """The calls of a body the reply ended inside that the model finished: the body up to
+    its last ``call_close`` marker that is no value's text, parsed (none where it does not
+    parse, or the format has no such marker)."""
+    close = fmt.call_close
+    at = body.rfind(close) if close else -1
+    while close and at >= 0 and fmt.marker_is_text(body[:at]):
+        at = body.rfind(close, 0, at)
+    if not close or at < 0:
+        return []
+    try:
+        return fmt.parse(body[: at + len(close)].strip(), None)
+    except (ValueError, TypeError):
+        return []
+
+
+class ChatWant(NamedTuple):
+    content: str
+    reasoning: str
+    calls: list[tuple[str, str]]
+    irregular: bool  # a body was malformed (sent as content) or cut (dropped)
+
+
+def _chat_want(tags: TagSet, items: list[Item]) -> ChatWant:
+    """Content, reasoning and the calls a chat reply's parts make, by the chat layer's rules
+    (``detok_plugin._chat``'s module docstring):
+
+    1. a body is finished at its close tag, or at the reply's end for a format whose body
+       runs to the end: its parse gives calls; one that does not parse is content, raw (its
+       open tag unless a bare opener opened it, its text, its close tag);
+    2. a body the reply ended inside is dropped; the calls finished before the cut stay
+       (``ToolFormat.call_close``);
+    3. whitespace at the edges of a channel is markup, not text: the reasoning's leading
+       and trailing whitespace, the content's leading whitespace, and the content's
+       trailing whitespace before each tool body (whatever became of the body) and at the
+       end. Whitespace inside a channel's text stays."""
+    fmt = families.tool_format(tags.tool_format)
+    runs, reasoning, calls = [[]], [], []  # type: list[list[str]], list[str], list[tuple[str, str]]
+    irregular = False
+    for item in items:
+        if item.kind == "reasoning":
+            reasoning.append(item.text)
+            continue
+        if item.kind == "content":
+            runs[-1].append(item.text)
+            continue
+        runs.append([])  # a body: the content before it ends here
+        if not item.closed and tags.tool_close is not None:
+            calls += _finished_before_cut(fmt, item.text)
+            irregular = True
+            continue
+        try:
+            calls += fmt.parse(item.text.strip(), None)
+        except (ValueError, TypeError):
+            opener = "" if item.bare else tags.tool_open or ""
+            runs[-1].append(opener + item.text + (tags.tool_close or ""))
+            irregular = True
+    content = "".join("".join(run).rstrip() for run in runs).lstrip()
+    return ChatWant(content, "".join(reasoning).strip(), calls, irregular)
+
+
+def _edges(items: list[Item]) -> tuple[str, str]:
+    """Content and reasoning of a reply with no tool body, less their edges' whitespace
+    (``_chat_want``'s rule 3): what a live stream has sent of them."""
+    content = "".join(i.text for i in items if i.kind == "content").strip()
+    return content, "".join(i.text for i in items if i.kind == "reasoning").strip()
 
 
 def chat(c: Case, t: Tok) -> list[str]:
@@ -157,16 +204,18 @@ def chat(c: Case, t: Tok) -> list[str]:
     fed = c.out[:-1] if c.out and c.out[-1] in eos and not c.include else c.out
     o = _oracle(c, t, fed)
     opts = Opts(c.stops, include=c.include, min_tokens=c.min_tokens)
-    rules = _rules(c, t, tags, c.stop_in_reasoning)
+    rules = _rules(c, t, tags, c.stop_in_reasoning, chat=True)
     want = reference(o, opts, rules, c.skip)
     kept = len(want.stop_reason) if c.include and isinstance(want.stop_reason, str) else 0
     before, stop = want.text[: len(want.text) - kept], want.text[len(want.text) - kept :]
-    content, reasoning, calls, malformed = _chat_want(tags, channels(before, rules, events_of(o, rules, want.taken, c.skip), stop))
+    content, reasoning, calls, irregular = _chat_want(tags, channels(before, rules, events_of(o, rules, want.taken, c.skip), stop))
+    stream_arguments = bool(c.extra & 1)  # names and arguments as they form, else each call whole
     ids = itertools.count()
     cs = ChatStream(
         t.tok, live, prompt_ids=c.prompt, skip_special_tokens=c.skip, spaces_between_special_tokens=c.spaces,
         stop=c.stops, include_stop_str_in_output=c.include, min_tokens=c.min_tokens,
         stop_in_reasoning=c.stop_in_reasoning, end_ids=lambda: eos, new_call_id=lambda name, fmt: f"call_{next(ids)}",
+        stream_arguments=stream_arguments,
     )
     check = Check(o, want)
     got_content, got_reasoning, got_calls = "", "", {}  # type: str, str, dict[int, list[str]]
@@ -185,14 +234,18 @@ def chat(c: Case, t: Tok) -> list[str]:
         if not cs.state.finished:  # nothing held but a partial match (checked while no tool body came)
             taken = len(cs.state.token_ids)
             items = channels(released(o, taken, opts, rules, c.skip), rules, events_of(o, rules, taken, c.skip))
-            if all(kind != "body" for kind, _, _ in items):
-                exp = ("".join(x for kind, x, _ in items if kind == "content"), "".join(x for kind, x, _ in items if kind == "reasoning"))
-                check.eq(f"released after {taken} ids", (got_content, got_reasoning), exp)
+            if all(item.kind != "body" for item in items):
+                check.eq(f"released after {taken} ids", (got_content, got_reasoning), _edges(items))
     check.eq("content", got_content, content)
     check.eq("reasoning", got_reasoning, reasoning)
     check.eq("complete calls", cs.complete, calls)
     streamed = [tuple(got_calls[i]) for i in sorted(got_calls)]
+    if not stream_arguments:  # each call sent whole once the model finished it
+        check.eq("streamed calls", streamed, calls)
+        return check.problems
+    # Streamed as they form: a malformed or cut body's call may have had its name and part
+    # of its arguments sent; every finished call went out whole, in order.
     rest = iter(streamed)
-    if not all(any(s == call for s in rest) for call in calls) or (len(streamed) != len(calls) and not malformed):
+    if not all(any(s == call for s in rest) for call in calls) or (len(streamed) != len(calls) and not irregular):
         check.problems.append(f"streamed calls {_short(streamed)}, parsed {_short(calls)}")
     return check.problems

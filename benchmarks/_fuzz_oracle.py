@@ -27,6 +27,8 @@ import os
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from detok_plugin import families
+
 CONTENT, REASONING, TOOL = 0, 1, 2
 
 
@@ -49,6 +51,7 @@ class Rules(NamedTuple):
     stop_in_reasoning: bool
     start: int  # the mode the stream starts in
     id_tags: dict[int, str]  # id -> pattern kind, for tag tokens the decode skips
+    keeps_id_close: bool = False  # a skipped close tag id inside a value is body text (chat)
 
 
 class Want(NamedTuple):
@@ -147,6 +150,8 @@ def live(rules: Rules | None, mode: int, stops: Sequence[str]) -> tuple[list[tup
             pats += [("r_open", t.reasoning_open), ("r_close", t.reasoning_close)]
         if t.tool_open:
             pats.append(("t_open", t.tool_open))
+            if t.tool_bare:
+                pats.append(("t_bare", t.tool_bare))
         return pats, True
     if mode == REASONING:
         on = rules.stop_in_reasoning
@@ -154,7 +159,7 @@ def live(rules: Rules | None, mode: int, stops: Sequence[str]) -> tuple[list[tup
     return ([("t_close", t.tool_close)] if t.tool_close else []), False
 
 
-_NEXT = {"r_open": REASONING, "r_close": CONTENT, "t_open": TOOL, "t_close": CONTENT}
+_NEXT = {"r_open": REASONING, "r_close": CONTENT, "t_open": TOOL, "t_close": CONTENT, "t_bare": TOOL}
 
 
 class Seg(NamedTuple):
@@ -162,37 +167,90 @@ class Seg(NamedTuple):
     start: int
     end: int  # the text of this mode: text[start:end]
     tag: str | None  # what ended it: a tag kind ("" for the end of the text)
-    tag_end: int  # where the next mode's text starts
+    tag_end: int  # where that tag ends (a stop may end up to there)
+    rest: int = 0  # where the last pattern search in it began (past a tag that stayed text)
+    inserts: tuple[tuple[int, str], ...] = ()  # a body's text the decode drops, by position
+
+
+class _Body(NamedTuple):
+    """A tool body's rule for markers: the format's ``marker_is_text`` over the body so far."""
+
+    fmt: Any  # ToolFormat
+    keeps_id_close: bool
+
+    def is_text(self, text: str, start: int, at: int, inserts: Sequence[tuple[int, str]]) -> bool:
+        return bool(self.fmt.marker_is_text(body_text(text, start, at, inserts)))
+
+
+def body_text(text: str, start: int, end: int, inserts: Sequence[tuple[int, str]]) -> str:
+    """``text[start:end]`` with ``inserts`` (``(position, text)``) written in."""
+    parts, at = [], start
+    for p, extra in inserts:
+        parts += [text[at:p], extra]
+        at = p
+    return "".join(parts) + text[at:end]
+
+
+def _first_tag(text: str, rules: Rules, mode: int, scan: int, limit: int) -> tuple[int, int, str] | None:
+    """The first-ending tag live in ``mode`` within ``text[scan:limit]`` (ties: list order):
+    ``(start, end, kind)``."""
+    best = None
+    for rank, (kind, pat) in enumerate(p for p in live(rules, mode, ())[0] if p[0] != "stop"):
+        at = text.find(pat, scan, limit)
+        if at != -1 and (best is None or (at + len(pat), rank) < best[0]):
+            best = ((at + len(pat), rank), at, kind)
+    return None if best is None else (best[1], best[0][0], best[2])
 
 
 def segments(text: str, rules: Rules | None, events: Sequence[tuple[int, str]]) -> list[Seg]:
     """``text`` split into modes: at the first-ending tag live in each mode (ties: list
     order), and at ``events`` (``(position, kind)``: a skipped tag id), which release what is
-    held and switch mode as ``Router._id_tag`` does."""
+    held and switch mode as ``Router._id_tag`` does. A tag that stays text leaves the mode
+    as it is, and the search goes on past it:
+
+    * a tool close tag where the body so far ends inside a value (the format's
+      ``marker_is_text``); a skipped close tag id there is the body's text where the body
+      keeps it (``rules.keeps_id_close``: a separate tool channel), and the decode has none;
+    * a bare opener (``TagSet.tool_bare``) where the tags allow it only at the reply's start
+      (``bare_at_start``) and content that is not blank came before it, or a tool body did.
+      A bare opener that opens a body is the body's first text."""
     if rules is None:
         return [Seg(CONTENT, 0, len(text), None, len(text))]
-    segs, pos, mode, ev = [], 0, rules.start, list(events)
+    t = rules.tags
+    body = _Body(families.tool_format(t.tool_format), rules.keeps_id_close)
+    segs: list[Seg] = []
+    pos, scan, mode, ev = 0, 0, rules.start, list(events)
+    at_start = bool(t.tool_bare and t.bare_at_start)
+    inserts: list[tuple[int, str]] = []
     while True:
         limit = ev[0][0] if ev else len(text)
-        pats = [p for p in live(rules, mode, ())[0] if p[0] != "stop"]
-        best = None
-        for rank, (kind, pat) in enumerate(pats):
-            at = text.find(pat, pos, limit)
-            if at != -1 and (best is None or (at + len(pat), rank) < best[0]):
-                best = ((at + len(pat), rank), at, kind)
-        if best is not None:
-            (end, _), at, kind = best
-            segs.append(Seg(mode, pos, at, kind, end))
-            pos, mode = end, _NEXT[kind]
-            continue
-        if not ev:
-            segs.append(Seg(mode, pos, len(text), None, len(text)))
+        hit = _first_tag(text, rules, mode, scan, limit)
+        if hit is None and not ev:
+            segs.append(Seg(mode, pos, len(text), None, len(text), scan, tuple(inserts)))
             return segs
-        at, kind = ev.pop(0)
-        if mode != CONTENT and kind == "t_open":  # ignored: no release, no switch
-            continue
-        segs.append(Seg(mode, pos, at, kind, at))
-        pos, mode = at, _NEXT[kind]
+        if hit is None:
+            at, kind = ev.pop(0)
+            end = at
+            if mode != CONTENT and kind == "t_open":  # ignored: no release, no switch
+                continue
+            if kind == "t_close" and mode == TOOL and body.is_text(text, pos, at, inserts):
+                if body.keeps_id_close:
+                    inserts.append((at, t.tool_close))
+                scan = at
+                continue
+        else:
+            at, end, kind = hit
+            if kind == "t_close" and body.is_text(text, pos, at, inserts):
+                scan = end
+                continue
+            if kind == "t_bare" and t.bare_at_start and not (at_start and not text[pos:at].strip()):
+                scan = end
+                continue
+        if (mode == CONTENT and text[pos:at].strip()) or kind in ("t_open", "t_bare"):
+            at_start = False
+        segs.append(Seg(mode, pos, at, kind, end, scan, tuple(inserts)))
+        pos = scan = at if kind == "t_bare" else end
+        mode, inserts = _NEXT[kind], []
 
 
 def first_stop(text: str, opts: Opts, rules: Rules | None, events: Sequence[tuple[int, str]], shown: int) -> tuple[int, int, str] | None:
@@ -266,25 +324,36 @@ def released(o: Oracle, k: int, opts: Opts, rules: Rules | None, skip: bool) -> 
     last = segments(text, rules, events_of(o, rules, k, skip))[-1]
     pats, _ = live(rules, last.mode, opts.stops)
     held = [p for kind, p in pats if not (kind == "stop" and opts.include)]
-    tail = text[last.start :]
+    tail = text[last.rest :]  # the automaton starts again past a tag that stayed text
     hold = max((j for p in held for j in range(1, min(len(p) - 1, len(tail)) + 1) if tail.endswith(p[:j])), default=0)
     return text[: len(text) - hold]
 
 
-def channels(text: str, rules: Rules, events: Sequence[tuple[int, str]], kept: str = "") -> list[tuple[str, str, bool]]:
+class Item(NamedTuple):
+    """One part of a chat reply: ``kind`` is ``"content"``, ``"reasoning"`` or ``"body"`` (a
+    tool body: ``closed`` when its close tag came, ``bare`` when its bare opener opened it
+    and is its first text)."""
+
+    kind: str
+    text: str
+    closed: bool = False
+    bare: bool = False
+
+
+def channels(text: str, rules: Rules, events: Sequence[tuple[int, str]], kept: str = "") -> list[Item]:
     """``text`` (cut before the stop) and then ``kept`` (the stop string, where the output
     keeps it: no tag ending with it counts) as ``reasoning="separate"``, ``tools="separate"``
-    split them, in order: ``("content", text, _)``, ``("reasoning", text, _)``, and one
-    ``("body", text, closed)`` per tool body (``closed``: its close tag came)."""
-    items: list[tuple[str, str, bool]] = []
+    split them, in order, one :class:`Item` per mode's text (none for empty content or
+    reasoning)."""
+    items: list[Item] = []
     segs = segments(text, rules, events)
     last = segs[-1]
     segs[-1] = last._replace(end=last.end + len(kept))
     text += kept
-    for seg in segs:
-        piece = text[seg.start : seg.end]
+    for n, seg in enumerate(segs):
         if seg.mode == TOOL:  # ended by its close tag, or by the end of the text
-            items.append(("body", piece, seg.tag == "t_close"))
-        elif piece:
-            items.append(("content" if seg.mode == CONTENT else "reasoning", piece, False))
+            bare = n > 0 and segs[n - 1].tag == "t_bare"
+            items.append(Item("body", body_text(text, seg.start, seg.end, seg.inserts), seg.tag == "t_close", bare))
+        elif seg.end > seg.start:
+            items.append(Item("content" if seg.mode == CONTENT else "reasoning", text[seg.start : seg.end]))
     return items
