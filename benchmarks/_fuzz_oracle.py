@@ -15,6 +15,10 @@ EOS, ``max_tokens`` and channels:
   tag of the current mode, and at the id of a tag token the decode skips; a stop string
   counts only where it is live (content; reasoning with ``stop_in_reasoning``), and never
   across a mode change;
+* a tool close tag where the body so far ends inside a value (the family's
+  ``marker_is_text``) is body text; a bare opener (``TagSet.tool_bare``) opens a body and is
+  its first text, but is content where the tags allow it only at the reply's start
+  (``bare_at_start``) and content that is not blank, or a body, came before it;
 * after each push, what a stream has released is the *settled* text (the common prefix of
   the decodes of every continuation the probes stand for) less the longest suffix of its
   current mode's text that is a proper prefix of a pattern the stream holds for.
