@@ -53,11 +53,11 @@ __all__ = [
     "STATUSES",
     "Config",
     "FixtureResult",
+    "chunkings",
     "fixtures",
     "local_tokenizer",
     "non_passes",
-    "parse_nonstream",
-    "parse_stream",
+    "parses",
     "replay_for",
     "replays",
     "run_case",
@@ -67,6 +67,18 @@ __all__ = [
 NO_TOKENIZER = "no_tokenizer"
 #: Every status a fixture can have here, best first.
 STATUSES = ("pass", "soft_pass", "fail", "error", "unsupported", NO_TOKENIZER)
+
+
+def chunkings(named: str) -> tuple[str, ...]:
+    """Strategy ids from ``DETOK_CONFORMANCE_CHUNKINGS``'s value: ``all`` (CanIToolCall's
+    eight defaults) or a comma-separated list (``one,token,rand:3:8``).
+
+    >>> chunkings("one, rand:2")
+    ('one', 'rand:2:8')
+    """
+    if named.strip() == "all":
+        return tuple(s.id for s in DEFAULT_STRATEGIES)
+    return tuple(ChunkStrategy.parse(s).id for s in named.split(","))
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,25 +247,10 @@ def replays(
 
 
 @functools.cache
-def _replays(fixture_id: str, config_name: str, strategy_ids: tuple[str, ...]) -> dict[str, ParseResult] | FixtureResult:
+def parses(fixture_id: str, config_name: str, strategy_ids: tuple[str, ...]) -> dict[str, ParseResult] | FixtureResult:
+    """:func:`replays` of a corpus fixture, once per process for each set of strategies."""
     strategies = [ChunkStrategy.parse(s) for s in strategy_ids]
     return replays(_corpus()[fixture_id], CONFIGS[config_name], strategies)
-
-
-_DEFAULT_IDS = tuple(s.id for s in DEFAULT_STRATEGIES)
-
-
-def parse_nonstream(fixture_id: str, config_name: str) -> ParseResult | FixtureResult:
-    """The non-streamed parse (replayed once per process with the default strategies' streams)."""
-    parsed = _replays(fixture_id, config_name, _DEFAULT_IDS)
-    return parsed if isinstance(parsed, FixtureResult) else parsed[NONSTREAM]
-
-
-def parse_stream(fixture_id: str, config_name: str, strategy_id: str) -> ParseResult | FixtureResult:
-    """The streamed parse under one strategy (replayed once per process)."""
-    ids = _DEFAULT_IDS if strategy_id in _DEFAULT_IDS else (strategy_id,)
-    parsed = _replays(fixture_id, config_name, ids)
-    return parsed if isinstance(parsed, FixtureResult) else parsed[strategy_id]
 
 
 def run_case(
@@ -269,7 +266,7 @@ def run_case(
     config = CONFIGS[config_name]
     t0 = time.perf_counter()
     if cached:
-        parsed = _replays(fixture.id, config.name, tuple(s.id for s in strategies))
+        parsed = parses(fixture.id, config.name, tuple(s.id for s in strategies))
     else:
         parsed = replays(fixture, config, strategies)
     wall = time.perf_counter() - t0
