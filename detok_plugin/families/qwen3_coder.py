@@ -14,9 +14,9 @@
     </tool_call>
 
 A value loses one leading and one trailing newline (the template's markup); values are text
-until the request's schemas type them (``_xml_values``). Inside a value, a tag is markup only
-at a line start (``</function>`` or ``</tool_call>`` written in a value is text); a value whose
-``</parameter>`` never comes ends at the next tag on a line of its own. A body that is a JSON
+until the request's schemas type them (``_xml_values``). Inside a value only ``</parameter>``
+ends it, or, where the model left that out, another tag at a line start: ``</function>``,
+``<function=`` or ``</tool_call>`` written inside a value is text. A body that is a JSON
 object instead is read as Hermes JSON, as vLLM's parser does. A model that leaves out
 ``<tool_call>`` and opens with ``<function=`` (``Preset.bare_open``) writes a call too.
 
@@ -40,11 +40,10 @@ from ._xml_values import properties_of, trim_newlines, typed_json
 
 __all__ = ["FAMILY"]
 
-#: The body's markup. Inside a parameter's value a tag is markup only at a line start (the
-#: template writes each on its own line), and a ``</parameter>`` also where markup or the
-#: body's end follows it (a compact body): anywhere else it is text of the value.
-_MARKUP = re.compile(r"<function=([^>]*)>|</function>|<\s*parameter\s*=\s*([^>]*)>|<\s*/\s*parameter\s*>")
-_AFTER_CLOSE = re.compile(r"\s*(?:<function=|</function>|<\s*parameter\s*=|</tool_call>|$)")
+#: The body's markup. Inside a parameter's value only its ``</parameter>`` ends it; another
+#: tag ends a value whose close tag the model left out only at a line start (the template
+#: writes each tag on its own line): anywhere else it is text of the value.
+_MARKUP = re.compile(r"<function=([^>]*)>|</function>|<\s*parameter\s*=\s*([^<>\n]*)>|<\s*/\s*parameter\s*>")
 
 
 class _Walk:
@@ -64,8 +63,8 @@ class _Walk:
     def _ends_value(self, body: str, m: re.Match[str]) -> bool:
         key, start = self.value  # type: ignore[misc]
         at_line = m.start() > start and body[m.start() - 1] == "\n"
-        closes = m.group(0).lstrip("<").lstrip().startswith("/") and "parameter" in m.group(0)
-        if not (at_line or (closes and _AFTER_CLOSE.match(body, m.end()))):
+        closes = m.group(1) is None and m.group(2) is None and "parameter" in m.group(0)
+        if not (at_line or closes):
             return False
         self.calls[-1][1][key] = body[start : m.start()]
         self.value = None
@@ -120,7 +119,7 @@ _DIALECT = XmlDialect(
     key=Search(re.compile(r"<\s*parameter\s*=\s*([^>]*)>"), tail([*_PARAMETER_OPEN, "=", _WS, "[^>]*"])),
     call_end=Search(re.compile(r"</function>|(?=<function=)"), tail(chars("</function>"), chars("<function="))),
     value_end=Search(
-        re.compile(r"<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=)|(?=</function>)|(?=<function=)"),
+        re.compile(r"<\s*/\s*parameter\s*>|(?<=\n)(?=<\s*parameter\s*=|</function>|<function=)"),
         tail(["<", _WS, "/", _WS, *chars("parameter"), _WS, ">"], [*_PARAMETER_OPEN, "="], chars("</function>"), chars("<function=")),
     ),
     strip_keys=False,

@@ -92,11 +92,11 @@ def test_qwen3_coder_markup_inside_a_value_is_text(qwen3: Any, step: int) -> Non
 
 
 def test_qwen3_coder_value_grammar() -> None:
-    """Inside a value a tag is markup only at a line start, or a ``</parameter>`` that markup
-    follows (a compact body); a value whose close tag never came ends at the next tag's line."""
+    """Inside a value only ``</parameter>`` ends it, or another tag at a line start where the
+    model left that out; a compact body (no newlines) closes each value with its tag."""
     from detok_plugin import parse_tool_body
 
-    inline = "Close tags inline: </parameter> and </function> and <parameter=path> are text here."
+    inline = "Close tags inline: </function> and <parameter=path> and <function=x> are text here."
     body = f"<function=w>\n<parameter=content>\n{inline}\n</parameter>\n</function>"
     assert parse_tool_body(body, "qwen3_xml") == [("w", json.dumps({"content": inline}))]
     missing = "<function=g>\n<parameter=city>\nDallas\n<parameter=state>\nTX\n</parameter>\n</function>"

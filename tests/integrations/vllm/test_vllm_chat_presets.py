@@ -371,15 +371,9 @@ def test_stock_wrong(case: str) -> None:
         assert "Done." not in stock.joined("content")
 
 
-#: Where vLLM's parser is right and detok's is not (known limits, docs/vllm.md).
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "known limit: a Qwen3-Coder call written without <tool_call> (a bare <function=...> block) "
-        "is content for detok's tags; vLLM's qwen3_coder grammar recovers it as a call"
-    ),
-)
 def test_bare_function_without_tool_call_is_a_call() -> None:
+    """A Qwen3-Coder call written without ``<tool_call>`` (a bare ``<function=...>`` block) is
+    a call, as vLLM's qwen3_coder grammar recovers it (the preset's ``bare_open``)."""
     p, out = _case("qwen3_coder:bare_function_without_tool_call")
     ours, stock = _both(p, out)
     assert stock.calls() == [("get_weather", {"city": "東京"})]
