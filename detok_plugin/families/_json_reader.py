@@ -142,6 +142,7 @@ class JsonBodyReader:
         """A call's name is known and its arguments start at ``pos``."""
         self._new_call(name, events)
         self._open = True
+        self._in_str = self._esc = False
 
     def give_up(self) -> None:
         """Not a layout this reader streams: the parse at the close sends the body whole."""
@@ -197,21 +198,25 @@ class JsonBodyReader:
         self._send(buf[start:pos], events)
 
     def _raw_args(self, events: list[Event]) -> None:
-        """Raw arguments, sent as they come up to the format's closer."""
+        """Raw arguments, sent as they come up to the format's closer; a closer inside a
+        JSON string of the arguments is text of it (``ToolFormat.marker_is_text``)."""
         buf, pos = self.buf, self.pos
         closers = self.dialect.closers
-        ends = [i for i in (buf.find(c, pos) for c in closers) if i >= 0]
-        if ends:
+        at = pos
+        while ends := [i for i in (buf.find(c, at) for c in closers) if i >= 0]:
             end = min(ends)
-            self._send(buf[pos:end], events)
-            self.pos = end
-            self._open = False
-            self.done[-1] = True
-            return
+            if not _quote_state(buf, pos, end, self._in_str, self._esc)[0]:
+                self._send(buf[pos:end], events)
+                self.pos = end
+                self._open = False
+                self.done[-1] = True
+                return
+            at = end + 1
         # Hold a suffix that may become a closer.
         hold = max((k for c in closers for k in range(1, len(c)) if buf.endswith(c[:k])), default=0)
         end = len(buf) - hold
         if end > pos:
+            self._in_str, self._esc = _quote_state(buf, pos, end, self._in_str, self._esc)
             self._send(buf[pos:end], events)
             self.pos = end
 
@@ -244,6 +249,18 @@ def may_become_head(text: str) -> bool:
     """Whether a head may still be forming: a name-first head is short, so 256 characters
     without one mean another layout (sent whole at the end)."""
     return len(text) < 256
+
+
+def _quote_state(buf: str, start: int, end: int, in_str: bool, esc: bool) -> tuple[bool, bool]:
+    """Whether a JSON string is open at ``end`` (and an escape pending), from the state at ``start``."""
+    for c in buf[start:end]:
+        if esc:
+            esc = False
+        elif c == "\\":
+            esc = in_str
+        elif c == '"':
+            in_str = not in_str
+    return in_str, esc
 
 
 def _scan_value(buf: str, pos: int, depth: int, in_str: bool, esc: bool) -> tuple[int, int, bool, bool, bool]:

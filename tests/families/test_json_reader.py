@@ -89,3 +89,29 @@ def test_the_piece_scan_memo_is_bounded() -> None:
         assert reader.feed(f"x{i}") == [(0, None, f"x{i}")]
     assert len(_json_reader._SCANS) <= _json_reader._SCANS_MAX
     assert reader.feed('"}}') == [(0, None, '"}')]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "body"),
+    [
+        pytest.param(
+            "deepseek_v31",
+            '<｜tool▁call▁begin｜>echo<｜tool▁sep｜>{"text": "a <｜tool▁call▁end｜> \\" <｜tool▁call▁end｜>", "n": 1}<｜tool▁call▁end｜>',
+            id="deepseek_v31",
+        ),
+        pytest.param(
+            "kimi_k2",
+            '<|tool_call_begin|>functions.echo:0<|tool_call_argument_begin|>{"t": "ends with <|tool_call_end|>"}<|tool_call_end|>',
+            id="kimi_k2",
+        ),
+    ],
+)
+def test_a_raw_closer_inside_a_json_string_does_not_end_the_arguments(fmt: str, body: str) -> None:
+    """The raw-arguments readers stop at their closer only outside a JSON string (the
+    format's ``marker_is_text``): at every split of the body, what streamed is the parse."""
+    [(name, args)] = tool_format(fmt).parse(body, None)
+    for cut in range(len(body) + 1):
+        reader = tool_format(fmt).reader(None)
+        events = reader.feed(body[:cut]) + reader.feed(body[cut:])
+        assert [n for _, n, _ in events if n] == [name]
+        assert json.loads("".join(a for _, _, a in events)) == json.loads(args), cut

@@ -66,7 +66,6 @@ def test_each_fixtures_sections_parse_to_its_expected_calls(fx: dict[str, Any]) 
 READER_WRONG = {
     "kimi/k2i-vllm-noise-between-markers": "a blank before <|tool_call_end|> is streamed, the parse strips it",
     "kimi/k2i-vllm-content-after-tool-section": "a blank before <|tool_call_end|> is streamed, the parse strips it",
-    "kimi/k26-marker-terminator-in-string": "the reader ends the arguments at a <|tool_call_end|> inside a JSON string",
 }
 
 
