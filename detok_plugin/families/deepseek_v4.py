@@ -342,7 +342,7 @@ def dsml_format(name: str, g: Grammar) -> ToolFormat:
     def marker_is_text(body: str) -> bool:
         return in_value(g, body)
 
-    return ToolFormat(name, parse, lambda tools: DsmlBodyReader(g), marker_is_text=marker_is_text)
+    return ToolFormat(name, parse, lambda tools: DsmlBodyReader(g), marker_is_text=marker_is_text, call_close=g.invoke_close)
 
 
 def dsml_preset(name: str, wrapper: str) -> Preset:

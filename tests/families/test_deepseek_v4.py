@@ -89,7 +89,6 @@ def test_each_fixture_through_the_core_is_its_expected_reply(fx: dict[str, Any],
     assert replay(load_tokenizer(tok_name), preset, fx, strategy) == expected_reply(fx)
 
 
-@pytest.mark.xfail(strict=True, reason="the chat layer drops a body cut by max_tokens whole; the suite keeps its finished calls")
 @pytest.mark.parametrize("fx", params(CUT_IN_SECOND))
 def test_a_reply_cut_in_its_second_call_keeps_the_first(fx: dict[str, Any], load_tokenizer: Any) -> None:
     """The suite's rule: the first call, finished, is kept; the second, cut, is not (the
