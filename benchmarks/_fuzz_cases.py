@@ -1,7 +1,9 @@
 """The differential fuzz's inputs (``fuzz.py``): the tokenizers, and one random case per seed.
 
-Every tokenizer ``tokenizer_zoo`` builds (its ``NAMES`` and the two it builds for vLLM's
-tests, ``llama3`` and ``gpt_oss``), and the WordPiece tokenizer ``tests/core/test_wordpiece.py``
+Every tokenizer ``tokenizer_zoo`` builds (its ``NAMES``, the two it builds for vLLM's
+tests, ``llama3`` and ``gpt_oss``, and the newer families' of ``tokenizer_zoo_more``:
+Llama 4's ``<|python_start|>``, DeepSeek V3.2's DSML, Gemma 4's tool markers as special
+tokens, ...), and the WordPiece tokenizer ``tests/core/test_wordpiece.py``
 builds (BERT's normalizer, pre-tokenizer and decoder over a small vocabulary, wrapped in
 ``BertTokenizerFast``: the generic path). A case is drawn from its seed alone: prompt and
 output ids (real multilingual text cut anywhere, so prompts and pieces end inside
@@ -16,13 +18,14 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import _common
+import tokenizer_zoo_more
 from _common import tokenizer_zoo
 from helpers import MULTILINGUAL, probe_ids
 
 from detok_plugin import TagSet, build_table
 
 #: Every tokenizer the tests build, by name (tokenizer_zoo's, then WordPiece).
-TOKENIZERS = (*tokenizer_zoo.NAMES, "llama3", "gpt_oss", "wordpiece")
+TOKENIZERS = (*tokenizer_zoo.NAMES, "llama3", "gpt_oss", *tokenizer_zoo_more.BUILDERS, "wordpiece")
 #: The tokenizers of ``--ci`` (loaded by the core's tests anyway).
 CI_TOKENIZERS = (*tokenizer_zoo.NAMES, "wordpiece")
 
