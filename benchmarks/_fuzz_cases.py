@@ -99,11 +99,20 @@ BODIES = {
         "<function=a>\n<parameter=x>\n1\n</parameter>\n</function>\n<function=b>\n<parameter=y>\n2\n</parameter>\n</function>\n",
         "<function=x",
     ),
-    "glm45": ("write_file\n<arg_key>path</arg_key>\n<arg_value>src/a.py</arg_value>\n",),
-    "gemma4": ('call:write{path:<|"|>東京/a.py<|"|>,n:[1,2.5],ok:true}', "call:bad no brace"),
+    "glm45": (
+        "write_file\n<arg_key>path</arg_key>\n<arg_value>src/a.py</arg_value>\n",
+        "echo\n<arg_key>text</arg_key>\n<arg_value>say </tool_call> twice</arg_value>\n",
+    ),
+    "gemma4": (
+        'call:write{path:<|"|>東京/a.py<|"|>,n:[1,2.5],ok:true}',
+        'call:echo{text:<|"|>say <tool_call|> twice<|"|>}',
+        "call:bad no brace",
+    ),
     "kimi_k3": (
         '<|open|>call tool="write" index="1"<|sep|><|open|>argument key="path" type="string"<|sep|>a.py'
         '<|close|>argument<|sep|><|open|>argument key="n" type="number"<|sep|>3<|close|>argument<|sep|><|close|>call<|sep|>',
+        '<|open|>call tool="echo" index="1"<|sep|><|open|>argument key="text" type="string"<|sep|>say '
+        "<|close|>tools<|sep|> twice<|close|>argument<|sep|><|close|>call<|sep|>",
     ),
 }
 
