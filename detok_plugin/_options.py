@@ -120,7 +120,7 @@ def _channel_patterns(
 def id_tags(table: TokenTable, tags: TagSet) -> Mapping[int, Pattern]:
     """Tag tokens whose text the decode drops (special tokens under skip_special_tokens):
     the stream recognises them by id."""
-    by_text = {content: i for i, content, special in table.added_tokens if special}
+    by_text = table.special_ids_by_text
     found: dict[int, Pattern] = {}
     for kind, text in (
         ("r_open", tags.reasoning_open),

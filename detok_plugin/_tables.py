@@ -26,8 +26,9 @@ import json
 import random
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 __all__ = ["Family", "TokenTable", "build_table", "decode_with_table", "eos_token_ids_of", "learn_rest_text", "surrogate_prefix"]
@@ -90,6 +91,9 @@ class TokenTable:
     splits: tuple[tuple[str, bytes] | None, ...] = field(default=(), repr=False, compare=False)
     #: Whether some id below ``vocab_size`` has no piece (derived; checked once here).
     has_holes: bool = field(default=False, init=False, repr=False, compare=False)
+    #: The special added tokens' ids by their text (derived once here: a request's tags are
+    #: looked up in it, and a vocabulary may have thousands of added tokens).
+    special_ids_by_text: Mapping[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     #: byte_level: what a held tail followed by a piece decodes to, by those bytes: (settled
     #: text, held tail). A function of the bytes alone, shared by every stream on the table,
     #: filled in as split characters arrive (``_decoders.join``); at most ``JOINS_MAX``
@@ -100,6 +104,8 @@ class TokenTable:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "has_holes", None in self.pieces)
+        by_text = {content: i for i, content, special in self.added_tokens if special}
+        object.__setattr__(self, "special_ids_by_text", MappingProxyType(by_text))
         if self.family == "byte_level" and len(self.texts) != len(self.pieces):
             texts = tuple(_standalone(p) for p in self.pieces)
             object.__setattr__(self, "texts", texts)

@@ -158,6 +158,7 @@ def rust_frontend() -> bool:
         return False
 
 
+@functools.cache  # read per register(), and importlib.metadata reads the disk
 def vllm_version() -> str:
     try:
         return importlib.metadata.version("vllm")

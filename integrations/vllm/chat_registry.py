@@ -162,9 +162,14 @@ def _harmony_class(reasoning: bool, tools: bool) -> type[DetokChatParser]:
     )
 
 
+@functools.lru_cache(maxsize=4)
+def _signature(fn: Any) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
 def _wrapped_compose(cls: Any, *args: Any, **kwargs: Any) -> Any:
     stock = PATCHES.stock(_api.ParserManager, "_compose_parser").__func__
-    bound = inspect.signature(stock).bind(cls, *args, **kwargs)
+    bound = _signature(stock).bind(cls, *args, **kwargs)  # (a signature costs ~0.3 ms to read)
     ours = _compose(cls, bound)
     return ours if ours is not None else stock(cls, *args, **kwargs)
 
