@@ -35,11 +35,11 @@ from canitoolcall.fixtures import Family, Fixture, load_fixtures
 from canitoolcall.results import CaseResult, ParseResult, Status
 from canitoolcall.runner import evaluate, family_for
 from conformance_models import (
-    PROMPT_HEADS,
     STOP_TOKENS,
     StopRule,
     TokenizerChoice,
     detok_parsers_for,
+    prompt_head,
     tokenizer_for,
     zoo_tokenizer,
 )
@@ -202,7 +202,7 @@ def replay_for(fixture: Fixture, config: Config) -> Replay | FixtureResult:
     tok = _vllm_tokenizer(choice.name, choice.eos)
     family = family_of(fixture)
     raw = ReplayInput.from_fixture(fixture, family)
-    prompt = PROMPT_HEADS.get(fixture.family, "") + (raw.generation_prompt or "")
+    prompt = prompt_head(fixture.family, fixture.reference_model) + (raw.generation_prompt or "")
     stop_ids, stop_id = _stop_ids(tok, fixture, family)
     return Replay(
         tokenizer=tok,

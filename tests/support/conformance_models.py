@@ -33,6 +33,7 @@ import tokenizer_zoo
 __all__ = [
     "DETOK_PARSERS",
     "MODEL_EOS",
+    "MODEL_PROMPT_HEADS",
     "PROMPT_HEADS",
     "STOP_TOKENS",
     "TOKENIZERS",
@@ -40,6 +41,7 @@ __all__ = [
     "StopRule",
     "TokenizerChoice",
     "detok_parsers_for",
+    "prompt_head",
     "tokenizer_for",
     "zoo_tokenizer",
 ]
@@ -210,6 +212,17 @@ PROMPT_HEADS: dict[str, str] = {
     "gemma4": f"<bos><|turn>user\n{_USER}<turn|>\n",
     "mistral": f"<s>[INST]{_USER}",
 }
+#: (pattern over the reference model, its user turn) where a model's markup is not its family's.
+MODEL_PROMPT_HEADS: tuple[tuple[str, str], ...] = (
+    (r"Llama-4", f"<|begin_of_text|><|header_start|>user<|header_end|>\n\n{_USER}<|eot|>"),
+    (r"Kimi-K3", f'<|open|>message role="user"<|sep|>{_USER}<|end_of_msg|>'),
+)
+
+
+def prompt_head(family: str, model: str) -> str:
+    """The chat markup of one user turn for ``model`` (of ``family``), before its generation prompt."""
+    head = next((h for pattern, h in MODEL_PROMPT_HEADS if re.search(pattern, model)), None)
+    return head if head is not None else PROMPT_HEADS.get(family, "")
 
 
 @dataclass(frozen=True, slots=True)
