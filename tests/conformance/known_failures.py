@@ -44,9 +44,6 @@ class Known:
 
 
 KNOWN_FAILURES: dict[str, Known] = {
-    "deepseek/v32-truncated-second-parallel-call": Known("B", "expected_match: fail (tool_calls: expected ['get_weather'], got [])"),
-    "deepseek/v4-truncated-second-parallel-call": Known("B", "expected_match: fail (tool_calls: expected ['get_weather'], got [])"),
-    "deepseek/v41-truncated-second-parallel-call": Known("B", "expected_match: fail (tool_calls: expected ['get_weather'], got [])"),
     "gemma4/array-of-objects-with-braces": Known("F", "expected_match: fail (content: expected None, got '<|tool_response>')"),
     "gemma4/array-of-strings": Known("F", "expected_match: fail (content: expected None, got '<|tool_response>')"),
     "gemma4/bug-ollama-18390-key-with-spaces": Known("F", "expected_match: fail (content: expected None, got '<|tool_response>')"),
