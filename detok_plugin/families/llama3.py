@@ -21,8 +21,18 @@ __all__ = ["FAMILY"]
 _DIALECT = Dialect(one_object_head)
 
 
+#: The end-of-message tokens that may close a call's body when a request keeps special
+#: tokens (vLLM stops at the generation config's ``<|eom_id|>`` and keeps it in the ids).
+_ENDS = ("<|eom_id|>", "<|eot_id|>")
+
+
 def parse(body: str, tools: Tools = None) -> list[tuple[str, str]]:
-    return [named_call(json.loads(body), "parameters")]
+    """One JSON object; after it, only an end-of-message token may follow."""
+    obj, end = json.JSONDecoder().raw_decode(body)
+    rest = body[end:].strip()
+    if rest and rest not in _ENDS:
+        raise ValueError(f"text after the call's JSON: {rest[:40]!r}")
+    return [named_call(obj, "parameters")]
 
 
 FAMILY = Family(

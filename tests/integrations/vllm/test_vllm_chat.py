@@ -713,3 +713,17 @@ def test_an_unknown_id_counts_towards_min_tokens_as_in_the_serving_stream() -> N
         got = "".join(stream.push_text(i) for i in ids if not stream.finished)
         assert (got, stream.finish_reason, stream.stop_reason) == ("xy ", "stop", "STOP")
         assert stream.token_ids == ids[: 2 + complete]
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_the_generation_config_stop_token_is_not_body_text(step: int) -> None:
+    """vLLM also stops at the model's generation-config EOS ids (Llama 3's ``<|eom_id|>``
+    after a call), which the request does not list; the id ends the output ids, and with
+    special tokens kept its text ends the body: the call is still a call (the body was
+    malformed before, and went out as content)."""
+    fam = FAMILIES["llama3"]
+    tok = tokenizer(fam.tokenizer)
+    eom = tok.convert_tokens_to_ids("<|eom_id|>")
+    out = enc(tok, "<|python_tag|>" + fam.body("get_weather", ARGS)) + [eom]
+    seen = chat(fam, out, step=step, finish=FinishReason.STOP, skip_special_tokens=False)
+    assert seen.calls() == [("get_weather", ARGS)] and seen.joined("content") == ""
