@@ -158,45 +158,42 @@ def _chat_want(tags: TagSet, items: list[Item]) -> ChatWant:
        open tag unless a bare opener opened it, its text, its close tag);
     2. a body the reply ended inside is dropped; the calls finished before the cut stay
        (``ToolFormat.call_close``);
-    3. whitespace at the edges of a channel is markup, not text: the reasoning's leading
-       and trailing whitespace, the content's leading whitespace, and the content's
-       trailing whitespace before each tool body (whatever became of the body) and at the
-       end. Whitespace inside a channel's text stays."""
+    3. whitespace between and after bodies (whatever became of them) is markup: content
+       after a body that is blank up to the next body or the end is dropped; content that
+       is not blank takes the blanks before it along."""
     fmt = families.tool_format(tags.tool_format)
-    runs, reasoning, calls = [[]], [], []  # type: list[list[str]], list[str], list[tuple[str, str]]
-    irregular = False
+    content, reasoning, calls = [], [], []  # type: list[str], list[str], list[tuple[str, str]]
+    irregular, blanks = False, None  # type: bool, list[str] | None
     for item in items:
         if item.kind == "reasoning":
             reasoning.append(item.text)
-            continue
-        if item.kind == "content":
-            runs[-1].append(item.text)
-            continue
-        runs.append([])  # a body: the content before it ends here
-        if not item.closed and tags.tool_close is not None:
-            calls += _finished_before_cut(fmt, item.text)
-            irregular = True
-            continue
-        try:
-            calls += fmt.parse(item.text.strip(), None)
-        except (ValueError, TypeError):
-            opener = "" if item.bare else tags.tool_open or ""
-            runs[-1].append(opener + item.text + (tags.tool_close or ""))
-            irregular = True
-    content = "".join("".join(run).rstrip() for run in runs).lstrip()
-    return ChatWant(content, "".join(reasoning).strip(), calls, irregular)
-
-
-def _edges(items: list[Item]) -> tuple[str, str]:
-    """Content and reasoning of a reply with no tool body, less their edges' whitespace
-    (``_chat_want``'s rule 3): what a live stream has sent of them."""
-    content = "".join(i.text for i in items if i.kind == "content").strip()
-    return content, "".join(i.text for i in items if i.kind == "reasoning").strip()
+        elif item.kind == "content" and blanks is None:
+            content.append(item.text)
+        elif item.kind == "content":
+            blanks.append(item.text)
+            if not "".join(blanks).isspace():
+                content += blanks
+                blanks = None
+        else:
+            blanks = []  # blanks before a body: dropped
+            if not item.closed and tags.tool_close is not None:
+                calls += _finished_before_cut(fmt, item.text)
+                irregular = True
+                continue
+            try:
+                calls += fmt.parse(item.text.strip(), None)
+            except (ValueError, TypeError):
+                opener = "" if item.bare else tags.tool_open or ""
+                content.append(opener + item.text + (tags.tool_close or ""))
+                irregular = True
+    return ChatWant("".join(content), "".join(reasoning), calls, irregular)
 
 
 def chat(c: Case, t: Tok) -> list[str]:
     """``ChatStream``: reasoning, content and tool calls as OpenAI delta fields, with stops
-    inside reasoning when asked, the live halves of a preset, EOS ending the reply."""
+    inside reasoning when asked, the live halves of a preset, EOS ending the reply; calls
+    sent whole once finished, or (``stream_arguments``, half the streams) as they form. The
+    calls, content and reasoning it must give are ``_chat_want``'s, from the decode."""
     preset = TagSet.preset(c.preset or "qwen3")
     live = live_tags(preset, *c.halves)
     tags = live if live is not None else TagSet()
@@ -235,7 +232,8 @@ def chat(c: Case, t: Tok) -> list[str]:
             taken = len(cs.state.token_ids)
             items = channels(released(o, taken, opts, rules, c.skip), rules, events_of(o, rules, taken, c.skip))
             if all(item.kind != "body" for item in items):
-                check.eq(f"released after {taken} ids", (got_content, got_reasoning), _edges(items))
+                exp = ("".join(i.text for i in items if i.kind == "content"), "".join(i.text for i in items if i.kind == "reasoning"))
+                check.eq(f"released after {taken} ids", (got_content, got_reasoning), exp)
     check.eq("content", got_content, content)
     check.eq("reasoning", got_reasoning, reasoning)
     check.eq("complete calls", cs.complete, calls)
