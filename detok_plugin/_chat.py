@@ -340,8 +340,8 @@ class ChatStream:
         reader = self.reader
         assert reader is not None
         if call.error is not None:
-            if call.unterminated:  # the model never finished it: not a call, not content
-                self._log.warning("detok-plugin: %s; the unfinished tool call is dropped", call.error)
+            if call.unterminated or not "".join(self.body).strip():  # unfinished, or no call in it
+                self._log.warning("detok-plugin: %s; the unfinished or empty tool call is dropped", call.error)
                 for k, (name, arguments) in enumerate(self._finished_calls()):
                     self._deliver(k, _Call(name, arguments), parts)
                 return

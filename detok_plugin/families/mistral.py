@@ -31,9 +31,10 @@ __all__ = ["FAMILY", "call_id", "is_v11", "v11_calls"]
 
 CALLS = "[TOOL_CALLS]"
 #: One v11 call's head: an optional ``[TOOL_CALLS]`` (a call after the first; absent when
-#: ``skip_special_tokens`` removed it), the name, then ``[ARGS]`` or (``[ARGS]`` removed) the
-#: arguments' opening brace, as vLLM's ``mistral`` parser also accepts.
-_V11_HEAD = re.compile(r"\s*(?:\[TOOL_CALLS\]\s*)?([^\s\[\]{}]+)\s*(?:\[ARGS\]|(?=\{))")
+#: ``skip_special_tokens`` removed it), the name, an optional ``[CALL_ID]`` and the call's id
+#: (Mistral Small 3.2's history renders, llama.cpp's tests), then ``[ARGS]`` or (``[ARGS]``
+#: removed) the arguments' opening brace, as vLLM's ``mistral`` parser also accepts.
+_V11_HEAD = re.compile(r"\s*(?:\[TOOL_CALLS\]\s*)?([^\s\[\]{}]+)\s*(?:\[CALL_ID\]\s*[^\s\[\]{}]*\s*)?(?:\[ARGS\]|(?=\{))")
 _LIST_OPEN = re.compile(r"\s*\[")
 _NEXT = re.compile(r"\s*\}\s*(,)?\s*")
 

@@ -191,3 +191,19 @@ def test_qwen3_coder_function_without_tool_call_opener(qwen3: Any, step: int) ->
     call = "<function=glob>\n<parameter=pattern>\n**/*.md\n</parameter>\n</function>\n</tool_call>"
     content, _, calls = both(qwen3, "qwen3_coder", enc(qwen3, prose + "\n\n" + call), step)
     assert content.strip() == prose and calls == [("glob", {"pattern": "**/*.md"})]
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_an_empty_body_is_no_call_and_no_content(qwen3: Any, step: int) -> None:
+    """Nothing between the tags (or a reply stopped right after the opener): no call was
+    written, and the markers are not text."""
+    assert both(qwen3, "qwen3", enc(qwen3, "Ok.<tool_call>\n</tool_call>"), step) == ("Ok.", "", [])
+    assert both(qwen3, "qwen3", enc(qwen3, "Ok.<tool_call>"), step) == ("Ok.", "", [])
+
+
+def test_mistral_call_id_between_name_and_arguments() -> None:
+    """``NAME[CALL_ID]ID[ARGS]{...}`` (Mistral Small 3.2's history renders, llama.cpp's tests)."""
+    from detok_plugin import parse_tool_body
+
+    body = 'special_function[CALL_ID]123456789[ARGS]{"arg1": 1}[TOOL_CALLS]g[CALL_ID]000000001[ARGS]{}'
+    assert parse_tool_body(body, "mistral") == [("special_function", '{"arg1": 1}'), ("g", "{}")]

@@ -103,9 +103,6 @@ _PROMPTS = {m["repo"]: m["default_generation_prompt"] for m in family_json("kimi
         pytest.param(
             fx,
             id=fx["id"].split("/", 1)[1],
-            marks=[pytest.mark.xfail(strict=True, raises=AssertionError, reason="the empty section's markers go to content")]
-            if fx["id"] == EMPTY_SECTION
-            else [],
         )
         for fx in ALL
     ],
