@@ -89,7 +89,7 @@ def chat_stream(parser: Any, request: Any, prompt: Sequence[int], *, streaming: 
         min_tokens=getattr(request, "min_tokens", 0) or 0,
         # The detokenizer plugin cuts stops outside reasoning; vLLM's stock one anywhere.
         stop_in_reasoning=not detokenizer_is_ours(),
-        end_ids=functools.partial(_end_ids, tokenizer, request),
+        end_ids=functools.partial(_end_ids, tokenizer, request, parser.engine_stop_ids),
         tools=functools.partial(_tool_dicts, request),
         new_call_id=functools.partial(new_call_id, parser),
         include_reasoning=getattr(request, "include_reasoning", True),
@@ -107,15 +107,42 @@ def streams_arguments(request: Any) -> bool:
     return isinstance(xargs, dict) and xargs.get(STREAM_ARGUMENTS_KEY) in (True, 1, "true")
 
 
-def _end_ids(tokenizer: Any, request: Any) -> frozenset[int]:
-    """The ids that end a request without text: its stop token ids and the tokenizer's EOS
-    (read at the finish only: a Hugging Face tokenizer's ``eos_token_id`` costs about a
-    microsecond)."""
+def _end_ids(tokenizer: Any, request: Any, engine: frozenset[int]) -> frozenset[int]:
+    """The ids that end a request without text: its stop token ids, the tokenizer's EOS and
+    ``engine``'s (the model's generation config), read at the finish only (a Hugging Face
+    tokenizer's ``eos_token_id`` costs about a microsecond)."""
     ids = set(getattr(request, "stop_token_ids", None) or ())
     eos = getattr(tokenizer, "eos_token_id", None)
     if isinstance(eos, int):
         ids.add(eos)
-    return frozenset(ids)
+    return frozenset(ids) | engine
+
+
+#: Per model config (by identity, the config kept alive with its entry): its generation
+#: config's EOS ids. A server has one or two.
+_GENERATION_EOS: dict[int, tuple[Any, frozenset[int]]] = {}
+
+
+def generation_stop_ids(model_config: Any) -> frozenset[int]:
+    """The ids the engine stops on beside the tokenizer's EOS: the model's generation config's
+    ``eos_token_id`` (an int or a list), which vLLM adds to every request's stop token ids
+    (``SamplingParams.update_from_generation_config``) and never renders as text. Gemma 4
+    stops on ``<|tool_response>`` after a call, Llama 3 on ``<|eom_id|>``."""
+    if model_config is None:
+        return frozenset()
+    got = _GENERATION_EOS.get(id(model_config))
+    if got is not None and got[0] is model_config:
+        return got[1]
+    try:
+        fields = model_config.try_get_generation_config() or {}
+    except Exception:  # no generation config to read: the tokenizer's EOS stands alone
+        fields = {}
+    eos = fields.get("eos_token_id") if isinstance(fields, dict) else None
+    ids = frozenset([eos] if isinstance(eos, int) else [i for i in eos or () if isinstance(i, int)])
+    if len(_GENERATION_EOS) >= 8:
+        _GENERATION_EOS.clear()
+    _GENERATION_EOS[id(model_config)] = (model_config, ids)
+    return ids
 
 
 def _tool_dicts(request: Any) -> list[dict[str, Any]] | None:
@@ -143,6 +170,7 @@ class DetokChatParser(_Parser):  # type: ignore[misc]
 
     def __init__(self, tokenizer: Any, tools: Any = None, *args: Any, model_config: Any = None, **kwargs: Any) -> None:
         super().__init__(tokenizer, tools, *args, model_config=model_config, **kwargs)
+        self.engine_stop_ids = generation_stop_ids(model_config)
         self._prompt: list[int] | None = None
         self._chat: Any = None  # ChatStream or HarmonyChannels, built at the first step
         self._failed = False  # the channels raised: the rest of the reply is content

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import types
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +100,15 @@ class Replay:
         )
 
 
+def model_config(replay: Replay) -> Any:
+    """What of the server's ``ModelConfig`` a parser reads here: its generation config, whose
+    ``eos_token_id`` are the family's stop tokens (the ids the sampling parameters stop on,
+    step 4). A real ``ModelConfig`` needs the model's ``config.json``, which the zoo's
+    tokenizers do not have."""
+    eos = list(replay.stop_ids)
+    return types.SimpleNamespace(try_get_generation_config=lambda: {"eos_token_id": eos} if eos else {})
+
+
 def _request(replay: Replay, *, stream: bool) -> ChatCompletionRequest:
     tool_fields: dict[str, Any] = {"tools": list(replay.tools), "tool_choice": "auto"} if replay.tools else {}
     return ChatCompletionRequest(
@@ -114,7 +124,7 @@ def _rendered(replay: Replay, parser_cls: Any, request: ChatCompletionRequest, c
     """``OnlineRenderer``: ``adjust_request`` under its condition (harmony: always)."""
     tok = replay.tokenizer
     if replay.is_harmony:
-        parser_cls(tok, request.tools, model_config=None).adjust_request(request=request)
+        parser_cls(tok, request.tools, model_config=model_config(replay)).adjust_request(request=request)
         return request
     adjust = (
         getattr(parser_cls, "always_adjust_request", False)
@@ -123,7 +133,7 @@ def _rendered(replay: Replay, parser_cls: Any, request: ChatCompletionRequest, c
     )
     if not adjust:
         return request
-    request_parser = parser_cls(tok, request.tools, model_config=None, chat_template_kwargs=ctk)
+    request_parser = parser_cls(tok, request.tools, model_config=model_config(replay), chat_template_kwargs=ctk)
     request_parser.set_prompt_token_ids(list(replay.prompt_ids))
     return request_parser.adjust_request(request=request)
 
@@ -174,7 +184,7 @@ def replay_stream(replay: Replay, groups: Sequence[Sequence[int]]) -> ParseResul
     acc = StreamAccumulator()
     try:
         parser_cls, request, ctk, params = _prepared(replay, stream=True)
-        parser = parser_cls(replay.tokenizer, request.tools, chat_template_kwargs=ctk, model_config=None)
+        parser = parser_cls(replay.tokenizer, request.tools, chat_template_kwargs=ctk, model_config=model_config(replay))
         processor = ChatStreamProcessor(request, parser, enable_auto_tools=True, parser_cls=parser_cls)
         for ro, co in _engine_outputs(replay, params, groups):
             ids = list(co.token_ids)
@@ -201,7 +211,7 @@ def replay_nonstream(replay: Replay, ids: Sequence[int]) -> ParseResult:
     """A non-streamed reply: the final output's text and ids through ``parser.parse``."""
     try:
         parser_cls, request, ctk, params = _prepared(replay, stream=False)
-        parser = parser_cls(replay.tokenizer, request.tools, chat_template_kwargs=ctk, model_config=None)
+        parser = parser_cls(replay.tokenizer, request.tools, chat_template_kwargs=ctk, model_config=model_config(replay))
         final = None
         for ro, co in _engine_outputs(replay, params, [with_stop(replay, ids)]):
             final = (ro, co)
