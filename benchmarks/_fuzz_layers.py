@@ -155,7 +155,8 @@ def _chat_want(tags: TagSet, items: list[Item]) -> ChatWant:
 
     1. a body is finished at its close tag, or at the reply's end for a format whose body
        runs to the end: its parse gives calls; one that does not parse is content, raw (its
-       open tag unless a bare opener opened it, its text, its close tag);
+       open tag unless a bare opener opened it, its text, its close tag), unless it is
+       blank (then it is nothing);
     2. a body the reply ended inside is dropped; the calls finished before the cut stay
        (``ToolFormat.call_close``);
     3. whitespace between and after bodies (whatever became of them) is markup: content
@@ -183,9 +184,10 @@ def _chat_want(tags: TagSet, items: list[Item]) -> ChatWant:
             try:
                 calls += fmt.parse(item.text.strip(), None)
             except (ValueError, TypeError):
-                opener = "" if item.bare else tags.tool_open or ""
-                content.append(opener + item.text + (tags.tool_close or ""))
                 irregular = True
+                if item.text.strip():  # a blank body is no call and no content
+                    opener = "" if item.bare else tags.tool_open or ""
+                    content.append(opener + item.text + (tags.tool_close or ""))
     return ChatWant("".join(content), "".join(reasoning), calls, irregular)
 
 
