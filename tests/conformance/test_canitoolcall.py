@@ -44,7 +44,7 @@ from known_failures import CAUSES, KNOWN_FAILURES  # noqa: E402
 #: default the three fixed ones and the first seeded random one, so that the module takes a
 #: few minutes on a 2-core machine; ``all`` runs CanIToolCall's eight (as
 #: ``benchmarks/bench_conformance.py`` always does), or name them: ``one,token,rand:3:8``.
-#: ``conftest.py`` deselects the stream tests of the other chunkings.
+#: ``tests/conftest.py`` deselects the stream tests of the other chunkings.
 CHUNKINGS = C.chunkings(os.environ.get("DETOK_CONFORMANCE_CHUNKINGS", "one,special,token,rand:1:8"))
 #: The pairing test's chunkings: its statuses judge the non-streamed parse and these streams.
 PAIRING_STRATEGIES = tuple(ChunkStrategy.parse(s) for s in ("one", "token"))
