@@ -42,7 +42,7 @@ class Opened(NamedTuple):
             return False
         tail_ids = self.prompt[-16:]
         tail = decode_with_table(self.table, tail_ids) if self.table is not None else self.tokenizer.decode(tail_ids)
-        return bool(tail.rstrip().endswith(tags.reasoning_open))
+        return bool(tail.rstrip().endswith(tags.reasoning_open.rstrip()))  # a tag may end in a newline
 
 
 def open_decoder(

@@ -236,6 +236,16 @@ def test_prompt_ending_in_open_reasoning_starts_in_reasoning(qwen3):
     assert joined(ds, "reasoning") == "先想一想。" and joined(ds) == "答案。"
 
 
+def test_prompt_ending_in_an_open_tag_that_ends_in_a_newline_starts_in_reasoning(qwen3):
+    """Gemma 4's reasoning opens with ``<|channel>thought\n``: a prompt that ends with it
+    (the tag's own newline included) starts the reply inside reasoning."""
+    tags = TagSet("newline_open", "<|channel>thought\n", "<channel|>", None, None)
+    prompt = qwen3.encode("<|im_start|>assistant\n<|channel>thought\n", add_special_tokens=False)
+    out = qwen3.encode("先想一想。<channel|>答案。", add_special_tokens=False)
+    _, ds = run(qwen3, out, prompt_ids=prompt, tags=tags)
+    assert joined(ds, "reasoning") == "先想一想。" and joined(ds) == "答案。"
+
+
 def test_stop_inside_reasoning_is_ignored_unless_asked():
     t = table_of("<think>", "plan: STOP here", "</think>", "final STOP tail")
     _, ds = run(t, [0, 1, 2, 3], tags="qwen3", stop=["STOP"])
