@@ -93,7 +93,9 @@ def serving(c: Case, t: Tok) -> list[str]:
 def _rules(c: Case, t: Tok, tags: TagSet, stop_in_reasoning: bool, chat: bool = False) -> Rules:
     start = CONTENT
     if tags.reasoning_open and tags.reasoning_close and c.prompt:
-        start = REASONING if t.tok.decode(c.prompt[-16:]).rstrip().endswith(tags.reasoning_open) else CONTENT
+        # A template that ends in the open tag (compared without trailing blanks on both sides:
+        # a tag may end in a newline, Gemma 4's "<|channel>thought\n").
+        start = REASONING if t.tok.decode(c.prompt[-16:]).rstrip().endswith(tags.reasoning_open.rstrip()) else CONTENT
     kinds = {"r_open": tags.reasoning_open, "r_close": tags.reasoning_close, "t_open": tags.tool_open, "t_close": tags.tool_close}
     id_tags = {t.id_tags[text]: kind for kind, text in kinds.items() if text in t.id_tags}
     return Rules(tags, stop_in_reasoning, start, id_tags if c.skip else {}, keeps_id_close=chat)
