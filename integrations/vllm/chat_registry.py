@@ -72,6 +72,35 @@ class DetokReasoningParser(_Thinking):  # type: ignore[misc]
         if self.end_token_id is None:
             _text_tags_once(self.end_token)
 
+    def adjust_request(self, request: Any) -> Any:
+        """A tag written over several tokens, one of them special (Gemma 4's
+        ``<|channel>thought``, Kimi K3's ``<|open|>think<|sep|>``), is seen only in text that
+        keeps special tokens: the request keeps them (as vLLM's own ``kimi_k3`` parser
+        sets), with or without tools. A tag that is one special token is found by its id."""
+        request = super().adjust_request(request)
+        if _tags_need_special_tokens(self.model_tokenizer, (self.start_token, self.end_token)):
+            request.skip_special_tokens = False
+        return request
+
+
+#: Per tokenizer (by identity, kept alive with its entry) and tags: whether some tag holds a
+#: special token's text but is not that token alone.
+_NEEDS_SPECIALS: dict[tuple[int, tuple[str, str]], tuple[Any, bool]] = {}
+
+
+def _tags_need_special_tokens(tokenizer: Any, tags: tuple[str, str]) -> bool:
+    key = (id(tokenizer), tags)
+    got = _NEEDS_SPECIALS.get(key)
+    if got is not None and got[0] is tokenizer:
+        return got[1]
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    specials = {t.content for t in added.values() if getattr(t, "special", False)}
+    needs = any(tag != s and s in tag for tag in tags if tag for s in specials)
+    if len(_NEEDS_SPECIALS) >= 64:
+        _NEEDS_SPECIALS.clear()
+    _NEEDS_SPECIALS[key] = (tokenizer, needs)
+    return needs
+
 
 _said_text_tags: set[str] = set()
 

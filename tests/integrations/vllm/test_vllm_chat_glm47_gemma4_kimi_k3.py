@@ -39,6 +39,26 @@ CASES = {
 _K3_FRAMING = re.compile(r"<\|open\|>response<\|sep\|>|<\|close\|>response<\|sep\|>|<\|close\|>message<\|sep\|>")
 
 
+@pytest.mark.parametrize(("preset", "tok_name", "skip"), [("gemma4", "gemma4", False), ("qwen3", "qwen3", None)])
+def test_a_request_without_tools_keeps_special_tokens_where_a_reasoning_tag_needs_them(preset: str, tok_name: str, skip: Any) -> None:
+    """Gemma 4's ``<|channel>thought\n`` holds the special ``<|channel>``: without special
+    tokens in the text the tag is never seen, tools or not. Qwen3's ``<think>`` is one token,
+    found by its id: the request's own setting stands."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    tok = tokenizer(tok_name)
+    chat_registry.register_chat_parsers()
+    try:
+        name = "detok_" + preset
+        cls = ParserManager.get_parser(tool_parser_name=name, reasoning_parser_name=name, enable_auto_tools=True, tokenizer=tok)
+        request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}])
+        assert request.skip_special_tokens is None  # vLLM's default: skip them
+        adjusted = cls(tok, None, model_config=None).adjust_request(request)
+        assert adjusted.skip_special_tokens is skip
+    finally:
+        chat_registry.unregister_chat_parsers()
+
+
 def _fixture(family: str, fid: str) -> dict[str, Any]:
     [fx] = [fx for fx in fixtures(family) if fx["id"] == fid]
     return fx
