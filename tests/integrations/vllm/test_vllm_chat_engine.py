@@ -43,9 +43,10 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 def _stream(client: Any, **params: Any) -> tuple[str, dict[int, dict[str, Any]], int, list[str]]:
+    params.setdefault("extra_body", {"structured_outputs": {"regex": REGEX}})
     chunks = list(client.chat.completions.create(
         model="smollm2", messages=[{"role": "user", "content": "Weather in Tokyo?"}], tools=TOOLS,
-        stream=True, max_tokens=120, temperature=0, extra_body={"structured_outputs": {"regex": REGEX}}, **params,
+        stream=True, max_tokens=120, temperature=0, **params,
     ))
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     calls: dict[int, dict[str, Any]] = {}
@@ -68,6 +69,14 @@ def test_a_real_model_streams_a_tool_call_through_detok_hermes(client: Any) -> N
     assert content == ANSWER
     assert list(calls) == [0] and calls[0]["name"] == "get_weather" and calls[0]["id"]
     assert json.loads(calls[0]["args"]) == ARGS
+    assert pieces == 1  # the call left whole, once the model had finished it
+    assert finish == ["tool_calls"]
+
+
+def test_a_request_may_ask_for_the_arguments_as_they_form(client: Any) -> None:
+    content, calls, pieces, finish = _stream(client, extra_body={
+        "structured_outputs": {"regex": REGEX}, "vllm_xargs": {"detok_stream_arguments": True}})
+    assert content == ANSWER and calls[0]["name"] == "get_weather" and json.loads(calls[0]["args"]) == ARGS
     assert pieces > 5  # the arguments arrived as they formed
     assert finish == ["tool_calls"]
 

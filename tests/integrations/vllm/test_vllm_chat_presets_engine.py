@@ -4,7 +4,7 @@ As tests/integrations/vllm/test_vllm_chat_engine.py does for ``detok_hermes``: v
 regex, xgrammar) force the real model to write an answer and a Qwen3-Coder XML tool call,
 which SmolLM2's tokenizer spells in BPE pieces (``<tool_call>``, ``<function=``,
 ``<parameter=``). The request's real tool schema, as vLLM's serving layer hands it to the
-parser, types ``days`` as an integer; ``note`` streams as a string before its close tag.
+parser, types ``days`` as an integer; asked to (``detok_stream_arguments``), ``note`` streams as a string before its close tag.
 """
 
 from __future__ import annotations
@@ -43,11 +43,15 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         server.stop()
 
 
-def test_a_real_model_streams_a_qwen3_coder_call_typed_by_the_schema(client: Any) -> None:
+@pytest.mark.parametrize("as_they_form", [False, True], ids=["whole", "as-they-form"])
+def test_a_real_model_streams_a_qwen3_coder_call_typed_by_the_schema(client: Any, as_they_form: bool) -> None:
+    """By default the call leaves whole once the model finished it; a request that asks
+    (``vllm_xargs``' ``detok_stream_arguments``) gets its arguments as they form."""
+    xargs = {"vllm_xargs": {"detok_stream_arguments": True}} if as_they_form else {}
     chunks = list(
         client.chat.completions.create(
             model="smollm2", messages=[{"role": "user", "content": "Weather in Tokyo?"}], tools=TOOLS, stream=True,
-            max_tokens=160, temperature=0, extra_body={"structured_outputs": {"regex": REGEX}},
+            max_tokens=160, temperature=0, extra_body={"structured_outputs": {"regex": REGEX}, **xargs},
         )
     )  # fmt: skip
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -61,5 +65,8 @@ def test_a_real_model_streams_a_qwen3_coder_call_typed_by_the_schema(client: Any
     assert content == ANSWER
     assert [(i, n) for i, _, n in names] == [(0, "get_weather")] and names[0][1]
     assert json.loads("".join(pieces)) == {"city": "東京", "days": 3, "note": NOTE}
-    assert len([p for p in pieces if p.strip(' "}')]) > 5  # the note arrived as it formed
+    if as_they_form:
+        assert len([p for p in pieces if p.strip(' "}')]) > 5  # the note arrived as it formed
+    else:
+        assert len(pieces) == 1  # the call left whole
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
