@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenizer_zoo_more import BUILDERS as _MORE_BUILDERS
-from tokenizer_zoo_more import package_file, tiktoken_bpe
+from tokenizer_zoo_more import add_bos, package_file, tiktoken_bpe
 
 __all__ = [
     "CACHE_DIR",
@@ -113,20 +113,13 @@ _LLAMA3_SPECIAL = _LLAMA3_NAMED + tuple(
 
 def _build_llama3(out: Path) -> None:
     """Llama 3's tokenizer (as meta-llama/Llama-3.2-1B ships it: BOS added, EOS <|end_of_text|>)."""
-    from tokenizers import AddedToken, processors
+    from tokenizers import AddedToken
     from transformers import PreTrainedTokenizerFast
 
     tok = tiktoken_bpe(package_file("llama-models", "llama_models/llama3/tokenizer.model"), _LLAMA3_PATTERN)
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in _LLAMA3_SPECIAL])
     bos = "<|begin_of_text|>"
-    tok.post_processor = processors.Sequence(
-        [
-            processors.ByteLevel(trim_offsets=False),
-            processors.TemplateProcessing(
-                single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
-            ),
-        ]
-    )
+    add_bos(tok, bos)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=bos,

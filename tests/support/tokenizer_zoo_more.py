@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BUILDERS", "FIXTURE_MODELS", "package_file", "tiktoken_bpe"]
+__all__ = ["BUILDERS", "FIXTURE_MODELS", "add_bos", "package_file", "tiktoken_bpe"]
 
 
 def package_file(dist: str, relative: str) -> Path:
@@ -47,6 +47,20 @@ def tiktoken_bpe(ranks_file: Path, pattern: str) -> Any:
     )
     tok.decoder = decoders.ByteLevel()
     return tok
+
+
+def add_bos(tok: Any, bos: str) -> None:
+    """Llama's post-processor: byte-level offsets, ``bos`` before each sequence (3 and 4 alike)."""
+    from tokenizers import processors
+
+    tok.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(
+                single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
+            ),
+        ]
+    )
 
 
 # --- Qwen3.5 / Qwen3.6 / Qwen3.8: a 248044-rank vocabulary, not Qwen3's 151643 ---------------
@@ -107,7 +121,7 @@ def _build_llama4(out: Path) -> None:
     ``llama_models.llama4.tokenizer`` (stdlib plus tiktoken) is needed here.
     """
     from llama_models.llama4 import tokenizer as meta
-    from tokenizers import AddedToken, processors
+    from tokenizers import AddedToken
     from transformers import PreTrainedTokenizerFast
 
     tok = tiktoken_bpe(package_file("llama-models", "llama_models/llama4/tokenizer.model"), meta.Tokenizer.O200K_PATTERN)
@@ -116,14 +130,7 @@ def _build_llama4(out: Path) -> None:
     names = named + [f"<|reserved_special_token_{i}|>" for i in range(count - len(named))]
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in names])
     bos = "<|begin_of_text|>"
-    tok.post_processor = processors.Sequence(
-        [
-            processors.ByteLevel(trim_offsets=False),
-            processors.TemplateProcessing(
-                single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
-            ),
-        ]
-    )
+    add_bos(tok, bos)
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=bos,
