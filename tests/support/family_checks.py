@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from detok_plugin import ChatStream, TagSet, parse_tool_body
 from detok_plugin.families import tool_format
 
-__all__ = ["Read", "Reply", "calls_of", "check_reader", "expected_reply", "read", "splits", "text_reply"]
+__all__ = ["Read", "Reply", "calls_of", "check_reader", "expected_reply", "joined", "read", "splits", "text_reply"]
 
 
 class Read:
@@ -107,7 +107,12 @@ def text_reply(tokenizer: Any, preset: str, fx: dict[str, Any], prompt: str, *, 
         new_call_id=lambda name, fmt: f"call_{name}",
     )
     size = group or max(len(ids), 1)
-    steps = [ids[i : i + size] for i in range(0, len(ids), size)] or [[]]
+    return joined(chat, [ids[i : i + size] for i in range(0, len(ids), size)] or [[]])
+
+
+def joined(chat: ChatStream, steps: Sequence[Sequence[int]]) -> Reply:
+    """``steps`` through ``chat`` (the last one finishes the reply), their deltas joined as an
+    OpenAI client joins them: content, reasoning, and each call's name and arguments by index."""
     content, reasoning = [], []
     calls: dict[int, list[str]] = {}
     for n, step in enumerate(steps):

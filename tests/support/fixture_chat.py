@@ -10,9 +10,10 @@ family test compares it with the fixture's ``expected``; nothing here knows a fa
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple
+from typing import Any
 
 from canitoolcall.chunking import DEFAULT_STRATEGIES, split
+from family_checks import Reply, expected_reply, joined
 
 from detok_plugin import ChatStream, TagSet
 
@@ -21,20 +22,6 @@ __all__ = ["STRATEGIES", "Reply", "expected_reply", "replay"]
 #: The suite's default strategies by id (``one``, ``special``, ``token``, ``rand:1:8`` ...),
 #: and ``nonstream``: the reply returned whole.
 STRATEGIES = ("nonstream", *(s.id for s in DEFAULT_STRATEGIES))
-
-
-class Reply(NamedTuple):
-    """What a client assembles from one reply ("" read as absent, as the suite reads it)."""
-
-    content: str | None
-    reasoning: str | None
-    calls: list[tuple[str, Any]]
-
-
-def expected_reply(fx: dict[str, Any]) -> Reply:
-    e = fx["expected"]
-    calls = [(c["name"], c["arguments"]) for c in e["tool_calls"]]
-    return Reply(e["content"] or None, e["reasoning_content"] or None, calls)
 
 
 def replay(tokenizer: Any, preset: str, fx: dict[str, Any], strategy: str, *, skip_special_tokens: bool = True) -> Reply:
@@ -56,18 +43,7 @@ def replay(tokenizer: Any, preset: str, fx: dict[str, Any], strategy: str, *, sk
         fields = chat.message(ids, finished=True) or {}
         return Reply(fields.get("content") or None, fields.get("reasoning") or None, _read(chat.complete))
     [chosen] = [s for s in DEFAULT_STRATEGIES if s.id == strategy]
-    groups = split(ids, chosen, _special_ids(tokenizer))
-    content, reasoning = [], []
-    calls: dict[int, list[str]] = {}
-    for n, group in enumerate(groups):
-        fields = chat.message(group, finished=n == len(groups) - 1) or {}
-        content.append(fields.get("content") or "")
-        reasoning.append(fields.get("reasoning") or "")
-        for call in fields.get("tool_calls", ()):
-            name, args = calls.setdefault(call["index"], ["", ""])
-            fn = call["function"]
-            calls[call["index"]] = [name + (fn.get("name") or ""), args + fn.get("arguments", "")]
-    return Reply("".join(content) or None, "".join(reasoning) or None, _read([tuple(calls[k]) for k in sorted(calls)]))
+    return joined(chat, split(ids, chosen, _special_ids(tokenizer)))
 
 
 _SPECIAL: dict[int, tuple[Any, frozenset[int]]] = {}
