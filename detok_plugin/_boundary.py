@@ -76,6 +76,7 @@ class Boundary:
     _keep_log: bool
     _first: Callable[[str], object] | None
     _held_may_stop: bool
+    _at_start: bool
 
     if TYPE_CHECKING:  # the other parts of DetokenizerState that the boundary calls
 
@@ -84,6 +85,7 @@ class Boundary:
         def _switch(self, pattern: Pattern, out: Out) -> None: ...
         def _unskip(self, text: str) -> str: ...
         def _settle(self, text: str, out: Out) -> None: ...
+        def _bare_opens(self) -> bool: ...
 
     # --- the shortcut's boundary (DetokenizerState.push_text) --------------------------
 
@@ -203,6 +205,13 @@ class Boundary:
                     text = text[end:]
                     continue
                 pattern = tag
+            elif pattern.kind == "t_bare" and not self._bare_opens():
+                # A bare opener that opens no body is text, to the stops too: one that
+                # begins with it or spans it must still match, so scan on from its node.
+                self._emit(self._advance(node, text[:end]), out)
+                early -= end
+                text = text[end:]
+                continue
             before = self._pending + text[:end]
             self._pending = ""
             self._ac_state = 0

@@ -143,12 +143,17 @@ class Router:
         self._set_mode(TOOL)
 
     def _open_bare(self, pattern: Pattern, out: Out) -> None:
-        """A bare opener (``TagSet.tool_bare``): it opens a body and is its first text,
-        unless the tag set allows it only at the start of the reply and text came before."""
-        if self._at_start or not self._cfg.tags.bare_at_start:  # type: ignore[union-attr]
+        """A bare opener (``TagSet.tool_bare``): it opens a body and is its first text
+        (where it opens none, the boundary scans on over it as text)."""
+        if self._bare_opens():
             self._log(TAG, "")
             self._open_tool(bare=True)
         self._emit(pattern.text, out)
+
+    def _bare_opens(self) -> bool:
+        """A bare opener opens a body here: unless the tag set allows it only at the start
+        of the reply and text came before."""
+        return self._at_start or not self._cfg.tags.bare_at_start  # type: ignore[union-attr]
 
     def _marker_is_text(self) -> bool:
         """The one boundary rule for markers in a tool body: the format's

@@ -87,3 +87,26 @@ def test_a_glm45_value_whose_close_tag_never_comes_streams_nothing_the_parse_dro
     assert arguments == '{"path": "src/a.py</arg_<|im_end|>value>"}'
     reader = tool_format("glm45").reader(None)
     assert "".join(args for ch in body for _, _, args in reader.feed(ch)) == sent  # one character per piece
+
+
+@pytest.mark.parametrize("include_stop", [False, True])
+@pytest.mark.parametrize("tags", ["llama3", "llama4_pythonic"])
+def test_a_bare_opener_that_stays_text_is_text_to_the_stop_strings_too(tags, include_stop):
+    """A bare opener (Llama 3's ``{``, Llama 4's ``[``) after other text of the reply opens no
+    body: it is text, and a stop string that begins with it or spans it must still match.
+    The stream restarted its stop matching after the opener, so the stop never completed
+    (fuzz seed 12352, Llama 3's tags, stop ``{"``: the decode ends at ``The quick brown
+    fox{"``, the stream sent ``The quick brown fox{"name`` and went on)."""
+    opener = "{" if tags == "llama3" else "["
+    t = _table("The quick brown fox", opener, '"name', '": 1}', " and more")
+    stop = opener + '"'
+    s = DetokenizerState.from_tokenizer(t, tags=tags, stop=[stop, "fox" + opener + "x"], include_stop_str_in_output=include_stop, eos_token_ids=())
+    deltas = []
+    for i in range(5):
+        deltas.append(s.push(i))
+        if s.finish_reason is not None:
+            break
+    assert (i, s.finish_reason, s.stop_reason) == (2, "stop", stop)
+    text = "".join(d.text for d in deltas)
+    assert text == "The quick brown fox" + (stop if include_stop else "")
+    assert not any(d.tool_calls for d in deltas)
