@@ -20,7 +20,10 @@ content (its raw text, tags included, before the content that followed its close
 ``stream_arguments=True`` sends each call's name and its ``arguments`` as they form instead
 (the family's body reader), as vLLM's own parsers do; the risk is the client's: a call cut
 short has then had its name and part of its arguments sent, and is not taken back.
-Whitespace between and after tool calls is the template's markup, not content.
+Where a parser reads the reply (live tags), whitespace at the edges of a reasoning or content
+segment is the template's markup, not text (``detok_plugin._edges``): leading whitespace is
+dropped, trailing whitespace waits for the segment's next character (then it leaves with it)
+or markup or the end (then it is dropped); whitespace between and after tool calls is markup.
 
 The common id costs a lookup, not a call into the core: while the stream is at rest in a
 mode, an id whose text holds no first character of that mode's tags or stops is what the
@@ -32,55 +35,20 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from . import families
+from ._chat_parts import Call, ChatParts, Fields, Merged
 from ._delta import CONTENT, REASONING, TOOL
+from ._edges import Edge
 from ._errors import TokenIdError
 from ._state import DetokenizerState
 from ._tagged import RestTexts
-from ._tags import TagSet
+from ._tags import TagSet, live_tags
 
 __all__ = ["ChatParts", "ChatStream", "Fields", "live_tags"]
 
 logger = logging.getLogger("detok_plugin")
-
-#: One chat delta's fields (``reasoning``, ``content``, ``tool_calls``), as OpenAI names them.
-Fields = dict[str, Any]
-
-
-class ChatParts:
-    """One delta's pieces; tool-call pieces of one call merge into one tool-call dict (the
-    fields the module docstring names)."""
-
-    __slots__ = ("reasoning", "content", "tools")
-
-    def __init__(self) -> None:
-        self.reasoning: list[str] = []
-        self.content: list[str] = []
-        self.tools: dict[int, dict[str, Any]] = {}
-
-    def tool(self, index: int, *, id: str | None = None, name: str | None = None, args: str = "") -> None:
-        call = self.tools.get(index)
-        if call is None:
-            call = self.tools[index] = {"index": index, "function": {}}
-            if name is not None:
-                call.update(id=id, type="function")
-                call["function"]["name"] = name
-        if args:
-            fn = call["function"]
-            fn["arguments"] = fn.get("arguments", "") + args
-
-    def fields(self, include_reasoning: bool = True) -> Fields | None:
-        """The delta's fields, or None when it has none."""
-        fields: Fields = {}
-        if self.reasoning and include_reasoning:
-            fields["reasoning"] = "".join(self.reasoning)
-        if self.content:
-            fields["content"] = "".join(self.content)
-        if self.tools:
-            fields["tool_calls"] = list(self.tools.values())
-        return fields or None
 
 
 class ChatStream:
@@ -155,7 +123,10 @@ class ChatStream:
         self.body_index = -1  # the core's index of the current body's first call
         self.body_open = False
         self.complete: list[tuple[str, str]] = []
-        self._ws: str | None = None  # after a call: whitespace held (None: not after a call)
+        # The segment edges (``_edges``): content's and reasoning's, where tags are live.
+        self._edges = (Edge(), Edge()) if tags is not None else None
+        self._edge: Edge | None = None  # the shortcut channel's edge
+        self._before_body: str | None = None  # content's held whitespace where a body opened
         # The common id's shortcut (RestTexts): while the stream is at rest in content or
         # reasoning, an id whose text leaves whole is one lookup and one delta.
         self._rests = RestTexts.of(tokenizer, self.state, skip_special_tokens) if streaming else None
@@ -181,25 +152,34 @@ class ChatStream:
                 if not text:
                     return None
                 channel = self._channel
+                if channel == TOOL:
+                    return self._rest_tool(text)
+                edge = self._edge
+                if edge is not None and not (edge.plain and not text[-1].isspace()):
+                    text = edge.take(text)  # at a segment's edge: whitespace is markup
+                    if not text:
+                        return None
                 if channel == CONTENT:
                     return {"content": text}
-                if channel == REASONING:
-                    return {"reasoning": text} if self.include_reasoning else None
-                return self._rest_tool(text)
+                return {"reasoning": text} if self.include_reasoning else None
         return self._one(ids)
 
     def _one(self, ids: Sequence[int]) -> Fields | None:
         """A live step of one id off the shortcut: what the core released; content alone
         (or nothing, as for most pieces of a split character) is one field."""
-        if self.state.finished:
+        state = self.state
+        if state.finished:
             return None
-        in_body = self.state._mode == TOOL
+        before = state._mode
         delta = self._push(ids)
-        if not (delta.reasoning or delta.tool_calls) and self._ws is None:
+        if not (delta.reasoning or delta.tool_calls) and before == CONTENT == state._mode:
+            text = delta.text
+            if text and self._edges is not None:
+                text = self._edges[CONTENT].take(text)
             self._caught_up()
-            return {"content": delta.text} if delta.text else None
+            return {"content": text} if text else None
         parts = ChatParts()
-        self._take(delta, parts, at_end=False, text_last=in_body)
+        self._take(delta, parts, at_end=False, before=before)
         self._caught_up()
         return parts.fields(self.include_reasoning)
 
@@ -227,12 +207,13 @@ class ChatStream:
         for tid in ids:  # one by one: the content after a body's close stays after its raw text
             if self.state.finished:
                 break
-            in_body = self.state._mode == TOOL
-            self._take(self._push((tid,)), parts, at_end=False, text_last=in_body)
+            before = self.state._mode
+            self._take(self._push((tid,)), parts, at_end=False, before=before)
         if finished and not self.state.finished:
-            self._take(self.state.finish(), parts, at_end=True)
-        if finished:
-            self._ws = None  # whitespace after the last call: markup
+            self._take(self.state.finish(), parts, at_end=True, before=self.state._mode)
+        if finished and self._edges is not None:
+            for edge in self._edges:  # the reply's end: what was held was an edge
+                edge.end()
         self._caught_up()
         return parts
 
@@ -240,7 +221,7 @@ class ChatStream:
         """After a call into the core: whether the shortcut applies now (at rest in a mode
         whose text goes to content, reasoning or a tool body), and where its text goes."""
         self._rest = None
-        if self._rests is None or self._ws is not None:
+        if self._rests is None:
             return
         state = self.state
         mode = state._mode_at_rest()
@@ -250,6 +231,8 @@ class ChatStream:
         if channel in (CONTENT, REASONING, TOOL):
             self._rest = self._rests.by_mode[mode]
             self._channel = channel
+            if self._edges is not None and channel != TOOL:
+                self._edge = self._edges[channel]
 
     def _push(self, ids: Sequence[int]) -> Any:
         try:
@@ -271,14 +254,16 @@ class ChatStream:
             text.append(d.text)
             reasoning.append(d.reasoning)
             calls.extend(d.tool_calls)
-        return _Merged("".join(text), "".join(reasoning), tuple(calls))
+        return Merged("".join(text), "".join(reasoning), tuple(calls))
 
-    def _take(self, delta: Any, parts: ChatParts, *, at_end: bool, text_last: bool = False) -> None:
-        """One id's (or the finish's) delta into ``parts``. ``text_last``: the id came while
-        a tool body was open, so its content followed the body's close tag and goes after
-        a malformed body's raw text (one delta does not say where its text stood)."""
+    def _take(self, delta: Any, parts: ChatParts, *, at_end: bool, before: int) -> None:
+        """One id's (or the finish's) delta into ``parts``; ``before``: the mode the stream
+        was in before it. An id that came while a tool body was open (``text_last``): its
+        content followed the body's close tag and goes after a malformed body's raw text
+        (one delta does not say where its text stood)."""
+        text_last = before == TOOL
         if delta.reasoning:
-            parts.reasoning.append(delta.reasoning)
+            self._reasoning(delta.reasoning, parts)
         if delta.text and not text_last:
             self._content(delta.text, parts)
         closed = False
@@ -292,20 +277,38 @@ class ChatStream:
                 self._body_text(call.index, call.text, parts)
         if closed:
             self.body_open = False
-            self._ws = ""
         if delta.text and text_last:
             self._content(delta.text, parts)
+        if self._edges is not None:
+            self._segments(before, self.state._mode)
+
+    def _segments(self, before: int, after: int) -> None:
+        """After an id: a segment the stream left (a tag, a body) ended at markup, so what
+        it held was its trailing edge. Where a body opened right after content, the content's
+        held whitespace is kept aside: a body that turns out malformed is sent as content."""
+        content, reasoning = self._edges  # type: ignore[misc]
+        if after != CONTENT:
+            if after == TOOL and before != TOOL:
+                self._before_body = content.held if before == CONTENT and content.open else None
+            content.end()
+        if after != REASONING:
+            reasoning.end()
 
     def _content(self, text: str, parts: ChatParts) -> None:
-        """Content text; after a call, whitespace is held until text that is not (then it
-        leaves with it) or another call (then it was markup between calls, and is dropped)."""
-        ws = self._ws
-        if ws is not None:
-            if text.isspace():
-                self._ws = ws + text
+        """Content text, less its segment's edges (``_edges``) where tags are live."""
+        if self._edges is not None:
+            text = self._edges[CONTENT].take(text)
+            if not text:
                 return
-            text, self._ws = ws + text, None
         parts.content.append(text)
+
+    def _reasoning(self, text: str, parts: ChatParts) -> None:
+        """Reasoning text, less its segment's edges (``_edges``)."""
+        if self._edges is not None:
+            text = self._edges[REASONING].take(text)
+            if not text:
+                return
+        parts.reasoning.append(text)
 
     def _body_text(self, index: int, text: str, parts: ChatParts) -> None:
         if not self.body_open:
@@ -326,7 +329,6 @@ class ChatStream:
                 parts.tool(self.base + k, args=args)
 
     def _open_body(self, index: int) -> None:
-        self._ws = None  # whitespace between two calls: markup
         self.body_index = index
         self.body_open = True
         self.base = self.sent
@@ -343,13 +345,17 @@ class ChatStream:
             if call.unterminated or not "".join(self.body).strip():  # unfinished, or no call in it
                 self._log.warning("detok-plugin: %s; the unfinished or empty tool call is dropped", call.error)
                 for k, (name, arguments) in enumerate(self._finished_calls()):
-                    self._deliver(k, _Call(name, arguments), parts)
+                    self._deliver(k, Call(name, arguments), parts)
                 return
             tags = self.tags
             opener = "" if self.state._tool_bare else (tags.tool_open or "")  # a bare body holds its opener
             raw = opener + "".join(self.body) + (tags.tool_close or "")
             self._log.warning("detok-plugin: %s; sent as content", call.error)
-            self._ws = None
+            if self._edges is not None:  # the body was text: the content segment goes on
+                content = self._edges[CONTENT]
+                if self._before_body is not None:
+                    content.open, content.held = True, self._before_body
+                raw = content.take(raw)
             parts.content.append(raw)
             return
         k = call.index - self.body_index  # which call of this body
@@ -395,7 +401,7 @@ class ChatStream:
         if self.typed is None:
             self.typed = self.format.parse("".join(self.body).strip(), self.tools)
         name, arguments = self.typed[k]
-        return _Call(name, arguments)
+        return Call(name, arguments)
 
     @functools.cached_property
     def tools(self) -> list[dict[str, Any]] | None:
@@ -406,38 +412,3 @@ class ChatStream:
 
     def _new_id(self, name: str) -> str:
         return self._new_call_id(name, self.format)
-
-
-class _Call(NamedTuple):
-    """A complete call's name and arguments, typed by the request's schema."""
-
-    name: str
-    arguments: str
-
-
-class _Merged:
-    """A Delta's three channels, for ids pushed one by one."""
-
-    __slots__ = ("text", "reasoning", "tool_calls")
-
-    def __init__(self, text: str, reasoning: str, tool_calls: tuple[Any, ...]) -> None:
-        self.text, self.reasoning, self.tool_calls = text, reasoning, tool_calls
-
-
-@functools.cache
-def live_tags(tags: TagSet, reasoning: bool, tools: bool) -> TagSet | None:
-    """``tags`` with the halves not live in a request left out (one TagSet per combination;
-    None when neither is): a reasoning half where the server splits reasoning, a tool half
-    where it reads tool calls and the request has tools it did not switch off."""
-    if not reasoning and not tools:
-        return None
-    return TagSet(
-        tags.name,
-        tags.reasoning_open if reasoning else None,
-        tags.reasoning_close if reasoning else None,
-        tags.tool_open if tools else None,
-        tags.tool_close if tools else None,
-        tags.tool_format,
-        tags.tool_bare if tools else None,
-        tags.bare_at_start,
-    )

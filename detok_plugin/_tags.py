@@ -12,11 +12,12 @@ token id.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from . import families
 
-__all__ = ["TagSet", "ToolCall"]
+__all__ = ["TagSet", "ToolCall", "live_tags"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +66,22 @@ class ToolCall:
     complete: bool = False
     error: str | None = None
     unterminated: bool = False
+
+
+@functools.cache
+def live_tags(tags: TagSet, reasoning: bool, tools: bool) -> TagSet | None:
+    """``tags`` with the halves not live in a request left out (one TagSet per combination;
+    None when neither is): a reasoning half where the server splits reasoning, a tool half
+    where it reads tool calls and the request has tools it did not switch off."""
+    if not reasoning and not tools:
+        return None
+    return TagSet(
+        tags.name,
+        tags.reasoning_open if reasoning else None,
+        tags.reasoning_close if reasoning else None,
+        tags.tool_open if tools else None,
+        tags.tool_close if tools else None,
+        tags.tool_format,
+        tags.tool_bare if tools else None,
+        tags.bare_at_start,
+    )

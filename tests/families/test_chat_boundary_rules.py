@@ -8,7 +8,11 @@ step, three per step and all in one, and whole (``streaming=False``):
   dropped (neither a call nor content), the calls finished before it stay;
 * a body opened without the tool tag (``Preset.bare_open``): Llama 3's JSON call at the
   reply's start, Qwen3-Coder's ``<function=``; a JSON answer is content;
-* whitespace between and after calls is markup, not content.
+* whitespace between and after calls is markup, not content; so is whitespace at the edges
+  of any reasoning or content segment (``detok_plugin._edges``), and a segment's trailing
+  whitespace waits for its next character (it leaves with it) or for markup or the end;
+* a tool call inside reasoning that was never closed ends the reasoning where the family's
+  model does (``Preset.tool_ends_reasoning``: Qwen3.5's), and stays reasoning elsewhere.
 
 The replies are CanIToolCall 0.1.1's cases (marker-in-arguments, truncated-second-parallel-call,
 l3-*, llamacpp-coder-bare-function), written out here and encoded by the real tokenizer.
@@ -154,9 +158,9 @@ def test_whitespace_between_and_after_calls_is_not_content(qwen3: Any, step: int
     call = '<tool_call>\n{"name": "f", "arguments": {"n": %d}}\n</tool_call>'
     raw = "<think>\nhm\n</think>\n\n" + call % 1 + "\n" + call % 2 + "\n\n"
     content, reasoning, calls = both(qwen3, "qwen3", enc(qwen3, raw), step)
-    assert content == "\n\n" and reasoning == "\nhm\n" and calls == [("f", {"n": 1}), ("f", {"n": 2})]
+    assert content == "" and reasoning == "hm" and calls == [("f", {"n": 1}), ("f", {"n": 2})]
     content, _, _ = both(qwen3, "qwen3", enc(qwen3, call % 1 + "\nDone."), step)
-    assert content == "\nDone."  # text after a call keeps the whitespace before it
+    assert content == "Done."  # the whitespace after a call is the next segment's leading edge
 
 
 # --- a body opened without the tool tag --------------------------------------------------------
@@ -207,3 +211,68 @@ def test_mistral_call_id_between_name_and_arguments() -> None:
 
     body = 'special_function[CALL_ID]123456789[ARGS]{"arg1": 1}[TOOL_CALLS]g[CALL_ID]000000001[ARGS]{}'
     assert parse_tool_body(body, "mistral") == [("special_function", '{"arg1": 1}'), ("g", "{}")]
+
+
+# --- whitespace at a segment's edges ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize(
+    ("raw", "want"),
+    [
+        pytest.param("<think>\nWhy.\n</think>\n\nBecause.\n", ("Because.", "Why."), id="think-then-answer"),
+        pytest.param("<think>\n\n</think>\n\n", ("", ""), id="empty-think"),
+        pytest.param("  Line one.\n\n  Line two.  \n", ("Line one.\n\n  Line two.", ""), id="inside-kept"),
+        pytest.param("<think>\nA\n\nB\n", ("", "A\n\nB"), id="cut-in-reasoning"),
+    ],
+)
+def test_whitespace_at_a_segments_edges_is_markup(qwen3: Any, step: int, raw: str, want: tuple[str, str]) -> None:
+    content, reasoning, calls = both(qwen3, "qwen3", enc(qwen3, raw), step)
+    assert (content, reasoning, calls) == (*want, [])
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_whitespace_before_a_call_is_markup(qwen3: Any, step: int) -> None:
+    call = '<tool_call>\n{"name": "f", "arguments": {"n": 1}}\n</tool_call>'
+    for sep in (" ", "\n\n", "  \n"):
+        assert both(qwen3, "qwen3", enc(qwen3, "I will check." + sep + call), step) == ("I will check.", "", [("f", {"n": 1})])
+
+
+def test_trailing_whitespace_waits_for_the_next_character(qwen3: Any) -> None:
+    """One id per step: a newline leaves with the text after it; before markup it never leaves."""
+    s = ChatStream(qwen3, TagSet.preset("qwen3"), new_call_id=lambda name, fmt: "call")
+    ids = enc(qwen3, "One.\n\nTwo.\n\n<tool_call>")
+    texts = [qwen3.decode([i]) for i in ids]
+    assert texts == ["One", ".\n\n", "Two", ".\n\n", "<tool_call>"]  # Qwen3's pieces
+    sent = [(s.message([i], False) or {}).get("content") for i in ids]
+    assert sent == ["One", ".", "\n\nTwo", ".", None]  # the tag showed the last newlines were an edge
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_malformed_body_sent_as_content_keeps_the_whitespace_beside_it(qwen3: Any, step: int) -> None:
+    """A body that does not parse was text: the spaces around it are inside content."""
+    raw = "Look: <tool_call>\n{not json}\n</tool_call> done.\n"
+    content, _, calls = both(qwen3, "qwen3", enc(qwen3, raw), step)
+    assert (content, calls) == ("Look: <tool_call>\n{not json}\n</tool_call> done.", [])
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_the_rule_applies_where_tags_are_live_only(qwen3: Any, step: int) -> None:
+    """Without live tags nothing is parsed: the content is the detokenizer's text, exact."""
+    ids = enc(qwen3, "\n  Hello.\n\n")
+    s = ChatStream(qwen3, None, new_call_id=lambda name, fmt: "call")
+    n = step or len(ids)
+    got = "".join((s.message(ids[i : i + n], i + n >= len(ids)) or {}).get("content") or "" for i in range(0, len(ids), n))
+    assert got == "\n  Hello.\n\n"
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_mistral_space_after_inst_is_markup(mistral_v1: Any, step: int) -> None:
+    """SentencePiece renders the reply's first word with its prefix space after ``[/INST]``."""
+    prompt = enc(mistral_v1, "[INST] Hi [/INST]")
+    ids = enc(mistral_v1, "Hello there")
+    s = ChatStream(mistral_v1, TagSet.preset("mistral"), prompt_ids=prompt, new_call_id=lambda name, fmt: "call")
+    assert mistral_v1.decode(prompt + ids)[len(mistral_v1.decode(prompt)) :].startswith(" ")
+    n = step or len(ids)
+    got = "".join((s.message(ids[i : i + n], i + n >= len(ids)) or {}).get("content") or "" for i in range(0, len(ids), n))
+    assert got == "Hello there"
