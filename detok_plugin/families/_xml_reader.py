@@ -18,8 +18,9 @@ Rules, so that what was sent is always a prefix of the parse at the close
 1. A value streams as it forms only if the request's schema makes it a string (the
    property's types are exactly ``string``, or the schema does not name it, or the request
    has no schema for the function); any other value is typed and sent whole at its close.
-2. Text that may still become a closing tag, and a string value's trailing blanks, are
-   held until the next piece decides: the blanks may be the last of a Qwen3 value (whose
+2. Text that may still become a closing tag (a tag whose end is not yet certain too:
+   Qwen3's ``</parameter>`` written inline ends a value only where markup follows it), and
+   a string value's trailing blanks, are held until the next piece decides: the blanks may be the last of a Qwen3 value (whose
    last newline the parse trims) or of a body that ends inside its value (the parse keeps
    such a value to the body's end, and the body is stripped at its close).
 3. A layout this reader does not follow (a key given twice, a JSON body) stops the
@@ -39,8 +40,9 @@ the step's start; the reader keeps only the text still needed (``_trim``: a stri
 unsent end and its last ``_HOLD_LT`` characters; a typed value, GLM's name, or a string
 value's held blanks, in pieces joined at their end; each blank is looked at once, ``_Value.seen``);
 a call's arguments are kept in pieces, joined when ``args`` is read.
-A tag still open at the end of a piece (``<function=`` and a name with no ``>`` yet) is
-searched again from its ``<``: that costs its own length per feed, as long as it stays open.
+A tag still open at the end of a piece (``<function=`` and a name with no ``>`` yet, or
+an inline ``</parameter>`` and the blanks after it) is searched again from its ``<``: that
+costs its own length per feed, as long as it stays open.
 """
 
 from __future__ import annotations
@@ -178,6 +180,7 @@ class XmlBodyReader:
             cut = min(cut, max(streaming.sent, streaming.seen), len(self._buf) - _HOLD_LT)
         if cut < _TRIM_AT:
             return  # not yet worth a copy
+        cut -= 1  # the character before stays: a tag at a line start looks back at it
         if (value is not None and streaming is None) or (self.dialect.name_first and not self.calls):
             self._kept.append(self._buf[self._pos : cut])
         if streaming is not None and cut > streaming.sent:
@@ -265,8 +268,8 @@ class XmlBodyReader:
             value.sent += buf[pos] == "\n"  # a value's leading newline is markup
         [end] = self.find(self.dialect.value_end)
         if end is None:
-            if value.types is None:
-                self._stream(value, _safe_end(buf, pos), events)
+            if value.types is None:  # not past where the end tag may still form (find's resume)
+                self._stream(value, min(_safe_end(buf, pos), self._scanned), events)
             return False
         if value.types is None:
             rest = value.held() + buf[value.sent : end.start()]

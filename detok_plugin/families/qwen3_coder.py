@@ -14,9 +14,12 @@
     </tool_call>
 
 A value loses one leading and one trailing newline (the template's markup); values are text
-until the request's schemas type them (``_xml_values``). Inside a value only ``</parameter>``
-ends it, or, where the model left that out, another tag at a line start: ``</function>``,
-``<function=`` or ``</tool_call>`` written inside a value is text. A body that is a JSON
+until the request's schemas type them (``_xml_values``). Inside a value a ``</parameter>``
+ends it at a line start (the template writes ``\n</parameter>\n``) or where markup or the
+body's end follows it (a compact body, ``<parameter=a>1</parameter></function>``); where the
+model left it out, another tag at a line start does. Anywhere else a tag is text of the value:
+``</parameter>``, ``</function>``, ``<function=`` or ``</tool_call>`` written inline, as
+Qwen3.8 writes a value about its own format. A body that is a JSON
 object instead is read as Hermes JSON, as vLLM's parser does. A model that leaves out
 ``<tool_call>`` and opens with ``<function=`` (``Preset.bare_open``) writes a call too.
 
@@ -40,10 +43,14 @@ from ._xml_values import properties_of, trim_newlines, typed_json
 
 __all__ = ["FAMILY"]
 
-#: The body's markup. Inside a parameter's value only its ``</parameter>`` ends it; another
-#: tag ends a value whose close tag the model left out only at a line start (the template
-#: writes each tag on its own line): anywhere else it is text of the value.
+#: The body's markup. Inside a parameter's value a tag is markup at a line start (the template
+#: writes each tag on its own line), and a ``</parameter>`` also where ``_AFTER_CLOSE``
+#: follows it: anywhere else it is text of the value.
 _MARKUP = re.compile(r"<function=([^>]*)>|</function>|<\s*parameter\s*=\s*([^<>\n]*)>|<\s*/\s*parameter\s*>")
+#: What, after blanks, makes an inline ``</parameter>`` the value's end: the next tag of the
+#: call, or the body's end (a body or a prefix of one cut before its close marker, which the
+#: core asks ``marker_is_text`` about).
+_AFTER_CLOSE = re.compile(r"\s*(?:<\s*parameter\s*=|</function>|<function=|\Z)")
 
 
 class _Walk:
@@ -64,7 +71,7 @@ class _Walk:
         key, start = self.value  # type: ignore[misc]
         at_line = m.start() > start and body[m.start() - 1] == "\n"
         closes = m.group(1) is None and m.group(2) is None and "parameter" in m.group(0)
-        if not (at_line or closes):
+        if not (at_line or (closes and _AFTER_CLOSE.match(body, m.end()))):
             return False
         self.calls[-1][1][key] = body[start : m.start()]
         self.value = None
@@ -103,6 +110,8 @@ def marker_is_text(body: str) -> bool:
 
 _WS = r"\s*"
 _PARAMETER_OPEN = ["<", _WS, *chars("parameter"), _WS]
+_PARAMETER_CLOSE = ["<", _WS, "/", _WS, *chars("parameter"), _WS, ">"]
+_AFTER = ([*_PARAMETER_OPEN, "="], chars("</function>"), chars("<function="))  # _AFTER_CLOSE's tags
 _FUNCTION_TAG = Search(re.compile(r"<function=([^>]*)>"), tail([*chars("<function="), "[^>]*"]))
 
 
@@ -119,8 +128,13 @@ _DIALECT = XmlDialect(
     key=Search(re.compile(r"<\s*parameter\s*=\s*([^>]*)>"), tail([*_PARAMETER_OPEN, "=", _WS, "[^>]*"])),
     call_end=Search(re.compile(r"</function>|(?=<function=)"), tail(chars("</function>"), chars("<function="))),
     value_end=Search(
-        re.compile(r"<\s*/\s*parameter\s*>|(?<=\n)(?=<\s*parameter\s*=|</function>|<function=)"),
-        tail(["<", _WS, "/", _WS, *chars("parameter"), _WS, ">"], [*_PARAMETER_OPEN, "="], chars("</function>"), chars("<function=")),
+        re.compile(
+            r"(?<=\n)<\s*/\s*parameter\s*>|<\s*/\s*parameter\s*>(?=\s*(?:<\s*parameter\s*=|</function>|<function=))"
+            r"|(?<=\n)(?=<\s*parameter\s*=|</function>|<function=)"
+        ),
+        # A tag after a line start, or an inline </parameter> and the tag after it: a
+        # </parameter> then the body's end waits for the caller's parse at the close.
+        tail(*_AFTER, *([*_PARAMETER_CLOSE, _WS, *after] for after in _AFTER)),
     ),
     strip_keys=False,
     newline_markup=True,

@@ -17,10 +17,14 @@ import sys
 from typing import Any
 
 import pytest
+from canitoolcall.chunking import DEFAULT_STRATEGIES, split
+from canitoolcall_fixtures import fixtures, params
+from family_checks import Reply, check_reader, expected_reply, read
 from hypothesis import given
 from hypothesis import strategies as st
+from tokenizer_zoo_more import FIXTURE_MODELS
 
-from detok_plugin import parse_tool_body
+from detok_plugin import ChatStream, TagSet, parse_tool_body
 from detok_plugin.families import tool_format
 from detok_plugin.families._xml_reader import Search, XmlBodyReader
 
@@ -64,6 +68,22 @@ BODIES = {
     ),
     "glm45_typed_value_never_closed": ("glm45", "read_file\n<arg_key>count</arg_key>\n<arg_value>12 \n"),
     "qwen3_value_never_closed": ("qwen3_xml", "<function=write_file>\n<parameter=content>\nline  \n\n  x \n\n "),
+    # Qwen3.8 writing about its own format (CanIToolCall's q38-marker-in-arguments): inline
+    # tags are text; a </parameter> ends a value at a line start or where markup follows it.
+    "qwen3_close_tags_inline": (
+        "qwen3_xml",
+        "<function=write_file>\n<parameter=path>\nnotes.md\n</parameter>\n<parameter=content>\n"
+        "Close tags inline: </parameter> and </function> and <parameter=path> are text here.\n</parameter>\n</function>",
+    ),
+    "qwen3_compact": (
+        "qwen3_xml",
+        "<function=write_file><parameter=path>a </parameter> \n<parameter=count>7</parameter></function>",
+    ),
+    "qwen3_close_tag_left_out": (
+        "qwen3_xml",
+        "<function=write_file>\n<parameter=path>\na.md\n<parameter=count>\n3\n</parameter>\n<parameter=content>\nx\n</function>",
+    ),
+    "qwen3_inline_close_then_the_end": ("qwen3_xml", "<function=write_file>\n<parameter=content>\nx </parameter> \n"),
 }
 
 
@@ -118,6 +138,113 @@ def test_each_piece_sends_what_the_rules_allow_at_once() -> None:
         assert reader.feed(piece) == events, piece
     assert reader.done == [True]
     assert reader.args == ['{"path": "src/a.py", "count": 42}']
+
+
+@pytest.mark.parametrize(
+    "case", ["qwen3_close_tags_inline", "qwen3_compact", "qwen3_close_tag_left_out", "qwen3_inline_close_then_the_end"]
+)
+def test_qwen3_value_ends_at_every_cut(case: str) -> None:
+    """The bodies whose values end by each rule of the grammar (an inline ``</parameter>``
+    that markup or the body's end follows, one at a line start, a close tag left out), cut in
+    two at every place and fed one character at a time: ``family_checks.check_reader``."""
+    check_reader(*BODIES[case], TOOLS)
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        pytest.param("<parameter=path>\na\n</parameter>\n</function>", id="close-tag-left-out"),
+        pytest.param("</parameter>\nstray\n<parameter=path>\na\n</parameter>\n</function>", id="close-tag-then-text"),
+    ],
+)
+def test_a_line_start_is_seen_after_the_text_before_it_was_dropped(after: str) -> None:
+    """A typed value over ``_TRIM_AT`` characters, the body cut right after the newline
+    before a tag: the reader drops the text it no longer needs, but the tag is still at a line
+    start (the grammar looks one character back), so what was sent is the parse. The reader
+    at c84488c dropped the newline too, and sent the tag as the value's text."""
+    value = json.dumps({"lines": ["x" * 40] * 40})
+    body = f"<function=write_file>\n<parameter=options>\n{value}\n{after}"
+    cut = len(body) - len(after)
+    want = parse_tool_body(body, "qwen3_xml", tools=TOOLS)
+    got = read("qwen3_xml", [body[:cut], body[cut:]], TOOLS)
+    assert (got.args, got.done) == ({0: want[0][1]}, [True])
+
+
+def test_an_inline_close_tag_waits_for_what_follows_it() -> None:
+    """Per piece, derived by hand from the grammar (``qwen3_coder``): a ``</parameter>`` not
+    at a line start ends the value only where markup (or the body's end) follows it, so it is
+    held until the next text decides; at a line start it ends the value at once."""
+    reader = tool_format("qwen3_xml").reader(TOOLS)
+    steps = [
+        ("<function=write_file>\n<parameter=content>\nTags: ", [(0, "write_file", ""), (0, None, '{"content": "Tags:')]),
+        ("</parameter>", []),  # the value's end if markup follows: held
+        ("\n", []),
+        (" and", [(0, None, " </parameter>\\n and")]),  # text follows: it was text
+        (" </function>.\n</parameter>", [(0, None, ' </function>."')]),  # at a line start: the end
+        ("\n<parameter=path>\nx.md</parameter>", [(0, None, ', "path": "x.md')]),  # held again
+        ("\n<parameter=count>\n3</parameter>", [(0, None, '", "count": ')]),  # markup followed
+        ("</function>", [(0, None, "3}")]),
+    ]
+    for piece, events in steps:
+        assert reader.feed(piece) == events, piece
+    assert reader.done == [True]
+    assert reader.args == ['{"content": "Tags: </parameter>\\n and </function>.", "path": "x.md", "count": 3}']
+
+
+# --- CanIToolCall's marker-in-arguments replies on their real tokenizers, arguments streamed ---
+
+#: Replies whose values hold markup (inline, or a compact body's close tags), by fixture id.
+MARKUP_IN_VALUES = [
+    fx
+    for fx in fixtures("qwen3-xml")
+    if "marker-in-arguments" in fx["tags"]
+    or fx["id"] in ("qwen3-xml/bug-coder-text-after-call", "qwen3-xml/vllm-coder-missing-close-parameter")
+]
+
+
+def _tokenizer_for(load_tokenizer: Any, repo: str) -> Any:
+    [name] = [n for n, repos in FIXTURE_MODELS.items() if repo in repos]
+    return load_tokenizer(name)
+
+
+@pytest.mark.parametrize("fx", params(MARKUP_IN_VALUES))
+def test_markup_in_values_streams_the_fixtures_calls_at_every_chunking(load_tokenizer: Any, fx: dict[str, Any]) -> None:
+    """The recorded ids through ``ChatStream`` with ``stream_arguments`` (the reader's events
+    go out as they come), grouped by each of CanIToolCall's default chunkings: the client's
+    joined calls are the fixture's, and, one id per step (``token``), the arguments went out in several
+    pieces (the reader sent them, not only the parse at the close). Content and reasoning
+    compare as CanIToolCall's soft match (the blank lines the template writes after
+    ``</think>`` are another rule's)."""
+    tok = _tokenizer_for(load_tokenizer, fx["tokenizer"]["repo"])
+    ids = list(fx["output_token_ids"])
+    prompt = tok.encode(fx["generation_prompt"] or "", add_special_tokens=False)
+    special = frozenset(i for i, t in tok.added_tokens_decoder.items() if t.special)
+    for strategy in DEFAULT_STRATEGIES:
+        chat = ChatStream(
+            tok, TagSet.preset("qwen3_coder"), prompt_ids=prompt, tools=lambda: fx["tools"],
+            new_call_id=lambda name, fmt: f"call_{name}", stream_arguments=True,
+        )  # fmt: skip
+        got, pieces = _joined_counting_arguments(chat, split(ids, strategy, special))
+        assert got.soft() == expected_reply(fx).soft(), strategy.id
+        assert strategy.id != "token" or pieces > len(got.calls), pieces
+
+
+def _joined_counting_arguments(chat: ChatStream, steps: list[list[int]]) -> tuple[Reply, int]:
+    """``family_checks.joined``'s reply, and how many deltas carried a piece of arguments."""
+    calls: dict[int, list[str]] = {}
+    content, reasoning, pieces = "", "", 0
+    for n, step in enumerate(steps):
+        fields = chat.message(step, finished=n == len(steps) - 1) or {}
+        content += fields.get("content") or ""
+        reasoning += fields.get("reasoning") or ""
+        for call in fields.get("tool_calls", ()):
+            fn = call["function"]
+            slot = calls.setdefault(call["index"], ["", ""])
+            slot[0] += fn.get("name") or ""
+            slot[1] += fn.get("arguments") or ""
+            pieces += bool(fn.get("arguments"))
+    got = [(name, json.loads(args)) for name, args in (calls[k] for k in sorted(calls))]
+    return Reply(content or None, reasoning or None, got), pieces
 
 
 # --- linear work: no timing, the text the reader searches and holds -------------------------
