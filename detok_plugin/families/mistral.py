@@ -13,6 +13,10 @@ tokenizer and picks it from the body: a body that begins with ``[`` or ``{`` (bu
 ``[TOOL_CALLS]``, ``[ARGS]``, ``[THINK]`` and ``[/THINK]`` are control tokens: a request with
 tools keeps special tokens in its text, and the core also recognises the tags by id. Tool-call
 ids are Mistral's 9 letters and digits, the only ids its chat templates accept back.
+
+Magistral reasons between ``[THINK]`` and ``[/THINK]`` from Tekken v13 on (Magistral Small
+2507/2509, Ministral 3 Reasoning); Magistral Small 2506, whose Tekken v11 has no ``[THINK]``,
+writes ``<think>`` and ``</think>`` as text. The tokenizer says which (:func:`reasoning_tags`).
 """
 
 from __future__ import annotations
@@ -21,15 +25,18 @@ import json
 import random
 import re
 import string
+from collections.abc import Container
 from typing import Literal
 
 from ._format import Event, Family, Preset, ToolFormat, Tools
 from ._json_calls import in_json_string, named_call
 from ._json_reader import Dialect, JsonBodyReader, may_become_head, object_head
 
-__all__ = ["FAMILY", "call_id", "is_v11", "v11_calls"]
+__all__ = ["FAMILY", "THINK", "call_id", "is_v11", "reasoning_tags", "v11_calls"]
 
 CALLS = "[TOOL_CALLS]"
+THINK = ("[THINK]", "[/THINK]")  # Magistral's reasoning tags, control tokens from Tekken v13 on
+THINK_TEXT = ("<think>", "</think>")  # Magistral Small 2506's (Tekken v11), written as text
 #: One v11 call's head: an optional ``[TOOL_CALLS]`` (a call after the first; absent when
 #: ``skip_special_tokens`` removed it), the name, an optional ``[CALL_ID]`` and the call's id
 #: (Mistral Small 3.2's history renders, llama.cpp's tests), then ``[ARGS]`` or (``[ARGS]``
@@ -78,6 +85,21 @@ def parse(body: str, tools: Tools = None) -> list[tuple[str, str]]:
     obj = json.loads(body)
     items = obj if isinstance(obj, list) else [obj]
     return [named_call(o, "arguments") for o in items]
+
+
+def reasoning_tags(vocab: Container[str]) -> tuple[str, str]:
+    """The tags a Magistral model reasons between, by its tokenizer's vocabulary: ``[THINK]``
+    and ``[/THINK]`` where ``[THINK]`` is a token, else ``<think>`` and ``</think>`` as text,
+    the choice vLLM 0.33's ``mistral`` parser makes (``vllm/parser/mistral.py``,
+    ``MistralParser.__init__``: ``[THINK]`` in the vocabulary, else plain-text tags on a
+    Tekken v11+ tokenizer).
+
+    >>> reasoning_tags({"[THINK]": 34, "[/THINK]": 35})
+    ('[THINK]', '[/THINK]')
+    >>> reasoning_tags({"[ARGS]": 32})
+    ('<think>', '</think>')
+    """
+    return THINK if THINK[0] in vocab else THINK_TEXT
 
 
 def call_id() -> str:
@@ -144,6 +166,6 @@ FAMILY = Family(
     ToolFormat("mistral", parse, lambda tools: JsonBodyReader(_DIALECT), keeps_special_tokens=True, call_id=call_id, marker_is_text=in_json_string),
     (
         Preset("mistral", None, None, CALLS, None),
-        Preset("magistral", "[THINK]", "[/THINK]", CALLS, None),
+        Preset("magistral", *THINK, CALLS, None),  # <think> text on Tekken v11 (reasoning_tags)
     ),
 )

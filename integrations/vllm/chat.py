@@ -26,12 +26,14 @@ The fields become vLLM's ``DeltaMessage`` through :data:`new_delta`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from detok_plugin import ChatStream, TagSet, families, live_tags
+from detok_plugin.families import mistral
 
 from . import _framework
 from .detokenizer import detokenizer_is_ours
@@ -170,6 +172,10 @@ class DetokChatParser(_Parser):  # type: ignore[misc]
 
     def __init__(self, tokenizer: Any, tools: Any = None, *args: Any, model_config: Any = None, **kwargs: Any) -> None:
         super().__init__(tokenizer, tools, *args, model_config=model_config, **kwargs)
+        if self.tags.reasoning_open == mistral.THINK[0] and tokenizer is not None:
+            # Magistral: the tokenizer says which tags (<think> as text on Tekken v11), as vLLM's parser reads it.
+            think, end = mistral.reasoning_tags(tokenizer.get_vocab())
+            self.tags = dataclasses.replace(self.tags, reasoning_open=think, reasoning_close=end)
         self.engine_stop_ids = generation_stop_ids(model_config)
         self._prompt: list[int] | None = None
         self._chat: Any = None  # ChatStream or HarmonyChannels, built at the first step
