@@ -62,6 +62,7 @@ TOKENIZERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (r"^moonshotai/Kimi-K3", ("kimi_k3",)),
     (r"^google/gemma-4", ("gemma4",)),
     (r"^mistralai/Mistral-7B-Instruct-v0\.3", ("mistral_v3",)),
+    (r"^mistralai/Magistral-Small-2506", ("tekken_v11",)),  # Tekken v11: no [THINK] token
     (r"^mistralai/", ("tekken", "mistral_tekken")),
 )
 

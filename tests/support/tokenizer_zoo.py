@@ -280,6 +280,6 @@ def load(name: str) -> Any:
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     out = directory(name)
-    if name in ("deepseek_v3", "deepseek_v32", "tekken"):  # tekken's directory holds a tekken.json too
+    if name in ("deepseek_v3", "deepseek_v32", "tekken", "tekken_v11"):  # tekken's directory holds a tekken.json too
         return PreTrainedTokenizerFast.from_pretrained(out)
     return AutoTokenizer.from_pretrained(out)

