@@ -108,6 +108,8 @@ def _channel_patterns(
             reasoning.append(Pattern("r_close", tags.reasoning_close))
         if tags.tool_open:
             content.append(Pattern("t_open", tags.tool_open))
+            if tags.tool_ends_reasoning and tags.reasoning_close:  # a call in an unclosed <think>
+                reasoning.append(Pattern("t_open", tags.tool_open))
             if tags.tool_bare:  # a body opened without the tag: its text stays in the body
                 content.append(Pattern("t_bare", tags.tool_bare))
             if tags.tool_close:

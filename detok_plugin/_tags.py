@@ -25,7 +25,9 @@ class TagSet:
     """The markers of one model family. ``tool_close=None`` means the body runs to the end.
 
     ``tool_bare``: text that opens a body without ``tool_open`` and stays part of it
-    (``Preset.bare_open``); ``bare_at_start``: only before any other text of the reply.
+    (``Preset.bare_open``); ``bare_at_start``: only before any other text of the reply;
+    ``tool_ends_reasoning``: ``tool_open`` inside reasoning ends it and opens a body
+    (``Preset.tool_ends_reasoning``), else it is text of the reasoning.
     """
 
     name: str = "custom"
@@ -36,12 +38,15 @@ class TagSet:
     tool_format: str = "hermes"  # a name in detok_plugin.families
     tool_bare: str | None = None
     bare_at_start: bool = False
+    tool_ends_reasoning: bool = False
 
     @classmethod
     def preset(cls, name: str) -> TagSet:
         """The markers of a registered family's preset (``detok_plugin.families``)."""
         p, fmt = families.preset(name)
-        return cls(p.name, p.reasoning_open, p.reasoning_close, p.tool_open, p.tool_close, fmt.name, p.bare_open, p.bare_at_start)
+        return cls(
+            p.name, p.reasoning_open, p.reasoning_close, p.tool_open, p.tool_close, fmt.name, p.bare_open, p.bare_at_start, p.tool_ends_reasoning
+        )
 
     @classmethod
     def presets(cls) -> tuple[str, ...]:
@@ -84,4 +89,5 @@ def live_tags(tags: TagSet, reasoning: bool, tools: bool) -> TagSet | None:
         tags.tool_format,
         tags.tool_bare if tools else None,
         tags.bare_at_start,
+        tags.tool_ends_reasoning and reasoning and tools,
     )

@@ -51,6 +51,10 @@ class Preset:
     model that leaves the opener out (Qwen3-Coder's ``<function=``, Llama 3's JSON call
     written without ``<|python_tag|>``); ``bare_at_start``: only where nothing but
     whitespace came before it in the reply (a JSON answer later in a reply is text).
+    ``tool_ends_reasoning``: a ``tool_open`` inside reasoning ends the reasoning and opens a
+    body, for a family whose model writes its call in a ``<think>`` it never closed (Qwen3.5,
+    llama.cpp's ``test-chat``); elsewhere a marker inside reasoning is text of it (Magistral
+    thinks about ``[TOOL_CALLS]`` between ``[THINK]`` tags).
     """
 
     name: str
@@ -60,6 +64,7 @@ class Preset:
     tool_close: str | None
     bare_open: str | None = None
     bare_at_start: bool = False
+    tool_ends_reasoning: bool = False
 
 
 @dataclass(frozen=True, slots=True)

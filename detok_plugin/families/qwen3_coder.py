@@ -143,5 +143,5 @@ _DIALECT = XmlDialect(
 
 FAMILY = Family(
     ToolFormat("qwen3_xml", parse, lambda tools: XmlBodyReader(_DIALECT, tools), typed_by_schema=True, marker_is_text=marker_is_text, call_close="</function>"),
-    (Preset("qwen3_coder", "<think>", "</think>", "<tool_call>", "</tool_call>", bare_open="<function="),),
+    (Preset("qwen3_coder", "<think>", "</think>", "<tool_call>", "</tool_call>", bare_open="<function=", tool_ends_reasoning=True),),
 )

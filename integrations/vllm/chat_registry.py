@@ -172,6 +172,7 @@ def _compose(cls: Any, bound: inspect.BoundArguments) -> Any:
     tags = TagSet(
         r.name if r == t else f"{r.name}+{t.name}",
         r.reasoning_open, r.reasoning_close, t.tool_open, t.tool_close, t.tool_format, t.tool_bare, t.bare_at_start,
+        t.tool_ends_reasoning,  # what the model that writes the calls does inside its reasoning
     )
     return parser_class(tags, reasoning, tools)
 
