@@ -276,3 +276,24 @@ def test_mistral_space_after_inst_is_markup(mistral_v1: Any, step: int) -> None:
     n = step or len(ids)
     got = "".join((s.message(ids[i : i + n], i + n >= len(ids)) or {}).get("content") or "" for i in range(0, len(ids), n))
     assert got == "Hello there"
+
+
+# --- a tool call inside reasoning that was never closed -----------------------------------------
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_call_in_an_unclosed_think_ends_it_where_the_family_does(qwen3: Any, step: int) -> None:
+    """Qwen3.5 (the ``qwen3_coder`` preset) writes its call inside a ``<think>`` it never
+    closed (llama.cpp's ``llamacpp-q35-call-inside-think``): the reasoning ends there. The
+    Hermes preset keeps a marker inside reasoning as its text, as Magistral's fixtures do."""
+    prompt = "<|im_start|>assistant\n<think>\n"  # the template opens the reasoning
+    xml = "<tool_call>\n<function=ls>\n<parameter=path>\n.\n</parameter>\n</function>\n</tool_call>"
+    assert TagSet.preset("qwen3_coder").tool_ends_reasoning and not TagSet.preset("qwen3").tool_ends_reasoning
+    got = both(qwen3, "qwen3_coder", enc(qwen3, "Need to look.\n" + xml), step, prompt=prompt)
+    assert got == ("", "Need to look.", [("ls", {"path": "."})])
+    call = '<tool_call>\n{"name": "ls", "arguments": {"path": "."}}\n</tool_call>'
+    got = both(qwen3, "qwen3", enc(qwen3, "Need to look.\n" + call), step, prompt=prompt)
+    assert got == ("", "Need to look.\n" + call, [])
+    # Closed first, the call is after the reasoning in both.
+    got = both(qwen3, "qwen3_coder", enc(qwen3, "Need to look.\n</think>\n\n" + xml), step, prompt=prompt)
+    assert got == ("", "Need to look.", [("ls", {"path": "."})])
