@@ -27,7 +27,8 @@ again. The reference's decoder and boundary are the only state: this class keeps
 its own beyond the shared tables, so it never has to be brought back in step. Nothing is
 learnt: a request with a stop set never seen before costs what one seen a thousand times
 costs. There is no protocol to follow: the verbs are ``push_text``, ``push`` and
-``finish``, as on the reference.
+``finish``, as on the reference, and ``follow`` for a scheduler that only watches for stops
+(it reads no text: the id's text is looked up as ``push_text`` looks it up, and not returned).
 
 >>> from detok_plugin import ServingStream, TokenTable
 >>> table = TokenTable("byte_level", (b"\\xf0\\x9f", b"\\xab", b"\\xa8", b"Hi", b" ###"), frozenset())
@@ -76,6 +77,7 @@ class ServingStream:
     __slots__ = (
         "_rest",
         "token_ids",
+        "_unbounded",
         "_limit",
         "_stop_ids",
         "finish_reason",
@@ -109,6 +111,7 @@ class ServingStream:
     _first: Callable[[str], object] | None
     _limit: int
     _stop_ids: frozenset[int]
+    _unbounded: bool  # no stop ids, no max_tokens: an id at rest never ends the stream
     _state: DetokenizerState
     _on_unknown: Callable[[TokenIdError], None] | None
 
@@ -150,6 +153,7 @@ class ServingStream:
         self.token_ids = state.token_ids  # one list: the reference counts it
         self._limit = sys.maxsize if max_tokens is None else max_tokens - 1
         self._stop_ids = state._stop_ids  # noqa: SLF001 (the two layers are one package)
+        self._unbounded = not self._stop_ids and max_tokens is None
         self._on_unknown = on_unknown_id
         self.finish_reason = None
         self.stop_reason = None
@@ -200,6 +204,36 @@ class ServingStream:
                     self._rest = self._known if dec.idle else None
                 return text
         return self._by_reference(token_id)
+
+    def follow(self, ids: Sequence[int]) -> bool:
+        """Take the ids of ``ids`` past the ones taken (``ids`` is the whole output so far,
+        as a server keeps it on its request: a list or an ``array``), up to a finish; return
+        whether the stream is *quiet* after them: not finished and holding nothing
+        (``held == ""``). That is all a scheduler watching for stop strings needs in the
+        common step; otherwise it reads ``finish_reason``, ``stop_reason``, ``held`` and
+        ``len(token_ids)`` (the ids through the one that completed a stop). ``ids``
+        shorter than the ids taken (the caller cut its output) changes nothing and returns
+        False. The text is the one ``push_text`` would release; it is not returned."""
+        taken = self.token_ids
+        n = len(taken)
+        if len(ids) == n + 1 and self._unbounded:
+            rest = self._rest
+            if rest is not None:  # at rest, one new id: one lookup, as in push_text
+                token_id = ids[n]
+                if token_id.__class__ is int and rest.get(token_id) is not None:
+                    taken.append(token_id)
+                    return True
+        return self._follow(ids, n)
+
+    def _follow(self, ids: Sequence[int], n: int) -> bool:
+        if len(ids) < n:
+            return False
+        push = self.push_text
+        for i in range(n, len(ids)):
+            if self.finish_reason is not None:
+                break
+            push(ids[i])
+        return self.finish_reason is None and not self.held
 
     def _by_reference(self, token_id: int) -> str:
         """Any id neither shortcut takes: the reference's ``push_text``, then whether it

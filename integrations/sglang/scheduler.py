@@ -9,24 +9,42 @@ tokens than its own encoding (one token per character, a CJK stop in byte tokens
 seen: it leaks into the text and generation runs on; and a stop visible only across a
 special token the request skips is missed.
 
-Here each request with stop strings gets a ``ServingStream`` (:func:`open_stream`, on the
-request's first check, kept on the request) with the request's stops and text flags
-(``skip_special_tokens``, ``spaces_between_special_tokens``) and the prompt ids SGLang's
-detokenizer decodes before the output (its last ``INIT_INCREMENTAL_DETOKENIZATION_OFFSET``,
-5), fed each output id once: the stop is looked for in the very text the client is sent, and
+Here each request with stop strings gets a ``ServingStream`` (:func:`open_stream`) with the
+request's stops and text flags (``skip_special_tokens``, ``spaces_between_special_tokens``)
+and the prompt ids SGLang's detokenizer decodes before the output (its last
+``INIT_INCREMENTAL_DETOKENIZATION_OFFSET``, 5), fed each output id once
+(``ServingStream.follow``): the stop is looked for in the very text the client is sent, and
 the setup costs the same for any prompt length. ``_check_str_based_finish`` sets SGLang's
 ``FINISH_MATCHED_STR(matched=stop)`` and ``finished_len`` (the ids through the one that
 completed the stop) exactly when the text first contains a stop; the prefix check holds the
-ids while, and only while, the stream holds a genuine partial stop. What stays SGLang's:
-requests without stop strings, stop regexes (a request with one is stock's whole), stop
-token ids, EOS, length and grammar. A stream that raises (a bug) hands its request back to
-SGLang's stock check, logged; the watch lives on the request, so it goes when SGLang drops
-the request.
+ids while, and only while, the stream holds a genuine partial stop.
+
+The dispatch: the class methods (ours) run once per request, on its first call, and bind
+the request's own callables on it (``Req`` has no ``__slots__``), so that SGLang's calls
+from then on land on them directly, with no lookup: a request with stop strings gets
+:func:`_bind`'s check (one ``follow`` of its ``output_ids`` per step) and a prefix check
+that answers from the stream; a request with neither stop strings nor stop regexes gets
+:func:`_no_stop` and :func:`_holds_nothing`, which answer what stock's methods answer for
+it (False), without reading its sampling params every step. The check runs after every
+append SGLang makes (``update_finish_state``, before the output streamer asks the prefix
+check), so the prefix check reads the stream as the check left it: while the stream is
+quiet it is :func:`_holds_nothing`; the check puts the stream's own answer in its place
+when the stream holds a partial stop, and that puts :func:`_holds_nothing` back once the
+stream is quiet again. The bound callables reach the request through a weak reference: no
+reference cycle, so a finished request is freed the moment SGLang drops it, as stock's is.
+
+What stays SGLang's: stop regexes (a request with one is stock's whole, through the class
+methods), stop token ids, EOS, length and grammar. A request whose output SGLang cut (a
+retraction that drops its output ids) gets a fresh stream fed the ids it has. A stream that
+raises (a bug) hands its request back to SGLang's stock check, logged. Requests started
+before ``unregister()`` keep their callables until they end.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from detok_plugin import ServingStream, TokenIdError
@@ -64,81 +82,110 @@ def open_stream(req: Any) -> ServingStream:
 
 
 def _watch(req: Any) -> ServingStream | None:
-    """A request's first call: its stream, or None where SGLang's stock check serves it."""
+    """A request's first call: binds its own callables; returns its stream, None where
+    SGLang's stock methods serve it (``WATCH`` says which, from then on)."""
     stream = None
+    _unbind(req)
     params = req.sampling_params
-    if params.stop_strs and not params.stop_regex_strs and req.tokenizer is not None:
+    if params.stop_regex_strs or req.tokenizer is None:
+        pass  # stock's whole: the class methods dispatch to stock's
+    elif not params.stop_strs:
+        req._check_str_based_finish = _no_stop
+        req.check_match_stop_str_prefix = _holds_nothing
+    else:
         try:
             stream = open_stream(req)
         except Exception as exc:  # a bug: this request stays stock rather than fail
             logger.error("detok-plugin: request %s: stop strings stay SGLang's stock check: %r", req.rid, exc, exc_info=exc)
+        else:
+            _bind(req, stream)
     setattr(req, WATCH, stream)
     return stream
 
 
-def _catch_up(req: Any, stream: ServingStream) -> ServingStream | None:
-    """``stream`` fed every output id it has not taken (none once a stop completed); the
-    request's stream from now on: a fresh one where SGLang dropped output ids (a retracted
-    request), None (stock from now on) if it raised."""
-    ids = req.output_ids
-    try:
-        if len(ids) < len(stream.token_ids) and stream.finish_reason is None:
-            fresh = _watch(req)
-            return None if fresh is None else _catch_up(req, fresh)
-        push = stream.push_text
-        for i in range(len(stream.token_ids), len(ids)):
-            if stream.finish_reason is not None:
-                break
-            push(ids[i])
-    except Exception as exc:
-        _hand_over(req, exc)
-        return None
-    return stream
+def _no_stop(new_accepted_len: int = 1) -> bool:
+    """A request without stop strings or stop regexes: no string ends it (stock's answer)."""
+    return False
 
 
-def check_str_based_finish(self: Any, new_accepted_len: int = 1) -> bool:
-    """``Req._check_str_based_finish``: whether a stop string completed in this step's ids
-    (then SGLang's ``FINISH_MATCHED_STR`` and ``finished_len`` are set, as stock sets them)."""
-    stream: ServingStream | None
-    try:
-        stream = self._detok_plugin_stops
-    except AttributeError:
-        stream = _watch(self)
-    if stream is None:  # no stop strings, a stop regex, no tokenizer: stock's check
-        return _STOCK[_CHECK](self, new_accepted_len)  # type: ignore[no-any-return]
-    ids = self.output_ids
-    taken = stream.token_ids
-    if len(ids) == len(taken) + 1 and stream.finish_reason is None:  # the common step: one new id
+def _holds_nothing() -> bool:
+    """A request whose stream holds nothing (or that has no stop strings): nothing to hold."""
+    return False
+
+
+def _bind(req: Any, stream: ServingStream) -> None:
+    """Put the request's own check and prefix check on it, over ``stream``."""
+    ref = weakref.ref(req)
+    follow = stream.follow
+
+    def check(new_accepted_len: int = 1) -> bool:
+        """``req._check_str_based_finish``: the step's ids into the stream; True (and
+        SGLang's finish set) when a stop completed."""
         try:
-            stream.push_text(ids[-1])
+            if follow(ref().output_ids):  # type: ignore[union-attr]
+                return False  # quiet: the common step
         except Exception as exc:
-            _hand_over(self, exc)
-            return _STOCK[_CHECK](self, new_accepted_len)  # type: ignore[no-any-return]
-    elif len(ids) != len(taken):
-        caught = _catch_up(self, stream)
-        if caught is None:
-            return _STOCK[_CHECK](self, new_accepted_len)  # type: ignore[no-any-return]
-        stream = caught
+            return _hand_over(ref(), exc, new_accepted_len)
+        return _settle(ref(), stream, holding, new_accepted_len)
+
+    def holding() -> bool:
+        """``req.check_match_stop_str_prefix`` while the stream is not quiet."""
+        if stream.held or stream.finish_reason is not None:
+            return True
+        ref().check_match_stop_str_prefix = _holds_nothing  # type: ignore[union-attr]  # quiet again: the cheap answer
+        return False
+
+    req._check_str_based_finish = check
+    req.check_match_stop_str_prefix = _holds_nothing
+
+
+def _unbind(req: Any) -> None:
+    """The request's own callables gone: the class methods (ours, then stock's) serve it."""
+    vars(req).pop(_CHECK, None)
+    vars(req).pop(_PREFIX, None)
+
+
+def _settle(req: Any, stream: ServingStream, holding: Callable[[], bool], new_accepted_len: int) -> bool:
+    """The check after a step that left the stream not quiet: a stop completed (SGLang's
+    finish set), a partial stop held (the prefix check answers from the stream), or the
+    output cut by SGLang (a fresh stream, fed what is left)."""
+    if len(req.output_ids) < len(stream.token_ids):
+        fresh = _watch(req)
+        if fresh is None:
+            return _STOCK[_CHECK](req, new_accepted_len)  # type: ignore[no-any-return]
+        return req._check_str_based_finish(new_accepted_len)  # type: ignore[no-any-return]
+    req.check_match_stop_str_prefix = holding
     if stream.finish_reason != "stop":
         return False
-    self.finished_reason = _STOCK["FINISH_MATCHED_STR"](matched=stream.stop_reason)
-    self.finished_len = len(stream.token_ids)
+    req.finished_reason = _STOCK["FINISH_MATCHED_STR"](matched=stream.stop_reason)
+    req.finished_len = len(stream.token_ids)
     return True
 
 
+def check_str_based_finish(self: Any, new_accepted_len: int = 1) -> bool:
+    """``Req._check_str_based_finish`` on the class: a request's first call (which binds
+    its own callables, then asks them) and the requests stock serves."""
+    if WATCH not in vars(self):
+        _watch(self)
+        if _CHECK in vars(self):
+            return self._check_str_based_finish(new_accepted_len)  # type: ignore[no-any-return]
+    return _STOCK[_CHECK](self, new_accepted_len)  # type: ignore[no-any-return]
+
+
 def check_match_stop_str_prefix(self: Any) -> bool:
-    """``Req.check_match_stop_str_prefix``: hold the unsent ids while the stream holds a
-    genuine partial stop (or a stop it completed, not yet reported)."""
-    stream: ServingStream | None
-    try:
-        stream = self._detok_plugin_stops
-    except AttributeError:
+    """``Req.check_match_stop_str_prefix`` on the class: as :func:`check_str_based_finish`."""
+    if WATCH not in vars(self):
         stream = _watch(self)
-    if stream is not None and len(self.output_ids) != len(stream.token_ids) and stream.finish_reason is None:
-        stream = _catch_up(self, stream)
-    if stream is None:
-        return _STOCK[_PREFIX](self)  # type: ignore[no-any-return]
-    return stream.held != "" or stream.finish_reason is not None
+        if stream is not None:  # asked before the check ever ran: the stream catches up
+            try:
+                stream.follow(self.output_ids)
+            except Exception as exc:
+                _hand_over(self, exc, 0)
+                return _STOCK[_PREFIX](self)  # type: ignore[no-any-return]
+            return bool(stream.held) or stream.finish_reason is not None
+        if _PREFIX in vars(self):
+            return self.check_match_stop_str_prefix()  # type: ignore[no-any-return]
+    return _STOCK[_PREFIX](self)  # type: ignore[no-any-return]
 
 
 class _StockMethods(dict[str, Any]):
@@ -156,12 +203,11 @@ class _StockMethods(dict[str, Any]):
 _STOCK = _StockMethods()
 
 
-def _stock(name: str) -> Any:
-    return _STOCK[name]
-
-
-def _hand_over(req: Any, exc: Exception) -> None:
+def _hand_over(req: Any, exc: Exception, new_accepted_len: int) -> bool:
+    """The stream raised: SGLang's stock methods serve the rest of the request (its own
+    callables removed, ``WATCH`` None); stock's check of this step."""
     setattr(req, WATCH, None)
+    _unbind(req)
     logger.error(
         "detok-plugin: request %s: the stop-string stream raised %r; SGLang's stock check serves the rest "
         "of this request (please report this with the traceback)",
@@ -169,6 +215,7 @@ def _hand_over(req: Any, exc: Exception) -> None:
         exc,
         exc_info=exc,
     )
+    return _STOCK[_CHECK](req, new_accepted_len)  # type: ignore[no-any-return]
 
 
 def _log_unknown_id(exc: TokenIdError) -> None:

@@ -104,11 +104,11 @@ def _tokenizer() -> Any:
     return tok
 
 
-def _req(tok: Any, name: str, stop: list[str] | None) -> Any:
+def _req(tok: Any, name: str, stop: list[str] | None, stop_regex: str | None = None) -> Any:
     from sglang.srt.managers.schedule_batch import Req
     from sglang.srt.sampling.sampling_params import SamplingParams
 
-    sp = SamplingParams(max_new_tokens=64, stop=stop)
+    sp = SamplingParams(max_new_tokens=64, stop=stop, stop_regex=stop_regex)
     sp.normalize(tok)
     req = Req(name, "", array("q", enc(tok, "Q: ")), sp, stream=True, eos_token_ids={tok.eos_token_id}, vocab_size=len(tok))
     req.tokenizer = tok
@@ -129,6 +129,26 @@ class _Raises:
         raise RuntimeError("injected fault")
 
 
+@contextlib.contextmanager
+def _faulty_follow(fault: dict[str, bool]) -> Any:
+    """``ServingStream.follow`` fails while ``fault["on"]`` (a bug in the core, simulated),
+    for the streams built inside the block (a request binds its stream's ``follow``)."""
+    from detok_plugin import ServingStream
+
+    real = ServingStream.follow
+
+    def follow(self: Any, ids: Any) -> bool:
+        if fault["on"]:
+            raise RuntimeError("injected fault")
+        return real(self, ids)
+
+    ServingStream.follow = follow  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ServingStream.follow = real  # type: ignore[method-assign]
+
+
 def scheduler_hand_over() -> dict[str, Any]:
     """A request whose stop stream raises goes on under SGLang's stock check, logged; it
     still ends at a stop stock can see."""
@@ -136,24 +156,89 @@ def scheduler_hand_over() -> dict[str, Any]:
 
     register()
     tok = _tokenizer()
-    req = _req(tok, "faulty", ["END"])
     ids = enc(tok, "one two") + enc(tok, " three END four")
     logs = io.StringIO()
     logging.getLogger("sglang.detok_plugin").addHandler(logging.StreamHandler(logs))
     finished_at = None
-    for step, token_id in enumerate(ids):
-        req.output_ids.append(token_id)
-        if step == 2:
-            req._detok_plugin_stops = _Raises(req._detok_plugin_stops)
-        req.update_finish_state()
-        req.check_match_stop_str_prefix()
-        if req.finished():
-            finished_at = step + 1
-            break
+    fault = {"on": False}
+    with _faulty_follow(fault):
+        req = _req(tok, "faulty", ["END"])
+        for step, token_id in enumerate(ids):
+            req.output_ids.append(token_id)
+            fault["on"] = step == 2
+            req.update_finish_state()
+            req.check_match_stop_str_prefix()
+            if req.finished():
+                finished_at = step + 1
+                break
     return {
         "finished_at": finished_at, "reason": req.finished_reason.to_json() if req.finished_reason else None,
         "watch": req._detok_plugin_stops, "logs": logs.getvalue(), "expected_at": len(enc(tok, "one two three END")),
+        "own_methods_left": sorted(set(vars(req)) & {"_check_str_based_finish", "check_match_stop_str_prefix"}),
     }
+
+
+def _run_to_finish(req: Any, ids: list[int]) -> list[bool]:
+    """Append each id as SGLang's scheduler does, then its checks; the prefix check's
+    answers (the steps whose ids it held) until the request finishes."""
+    held = []
+    for token_id in ids:
+        req.output_ids.append(token_id)
+        req.update_finish_state()
+        if req.finished():
+            break
+        held.append(req.check_match_stop_str_prefix())
+    return held
+
+
+def scheduler_lifecycle() -> dict[str, Any]:
+    """A request's life under the plugin, on SGLang's real ``Req``: a retraction that drops
+    its output ids (SGLang's ``req.output_ids = array("q")``) and one that cuts them, then
+    the stop, spelled one token per character, completing after either; the prefix check
+    holding exactly the ids of a partial stop; a request without stop strings and one with
+    a stop regex answered as stock answers; a finished request freed with no garbage
+    collection (no reference cycle), as stock's is."""
+    import gc
+    import weakref
+
+    from detok_plugin.integrations.sglang import register
+
+    register()
+    tok = _tokenizer()
+    chars = [i for c in STOP for i in enc(tok, c)]
+    out: dict[str, Any] = {}
+    req = _req(tok, "replaced", [STOP])
+    _run_to_finish(req, enc(tok, "Hello there. ") + chars[:3])
+    req.output_ids = array("q")  # a retraction that drops the output (disaggregated prefill, input embeds)
+    before = enc(tok, "Hi again") + chars[:2]
+    held = _run_to_finish(req, before + enc(tok, " x") + chars)
+    out["replaced"] = {
+        "reason": req.finished_reason.to_json() if req.finished_reason else None,
+        "finished_len": req.finished_len, "expected_len": len(before) + len(enc(tok, " x")) + len(chars),
+        "held": held, "expected_held": [False] * (len(before) - 2) + [True, True, False] + [True] * (len(chars) - 1),
+    }
+    req = _req(tok, "cut", [STOP])
+    _run_to_finish(req, enc(tok, "Some words here") + chars[:4])
+    del req.output_ids[2:]
+    _run_to_finish(req, chars)
+    out["cut"] = {"reason": req.finished_reason.to_json() if req.finished_reason else None,
+                  "finished_len": req.finished_len, "expected_len": 2 + len(chars)}
+    plain = _req(tok, "plain", None)
+    out["no_stop_strings_held"] = _run_to_finish(plain, enc(tok, "a b\n\nUser: c"))
+    regex = _req(tok, "regex", [STOP], stop_regex="U.er:")
+    _run_to_finish(regex, enc(tok, "a b\n\nUser: c"))
+    out["regex"] = {"reason": regex.finished_reason.to_json() if regex.finished_reason else None,
+                    "own_methods": sorted(set(vars(regex)) & {"_check_str_based_finish", "check_match_stop_str_prefix"})}
+    gc.disable()
+    try:
+        done = _req(tok, "freed", [STOP])
+        _run_to_finish(done, enc(tok, "one") + chars)
+        alive = weakref.ref(done)
+        del done
+        out["freed_without_gc"] = alive() is None
+    finally:
+        gc.enable()
+    return out
 
 
 def detokenizer_hand_over() -> dict[str, Any]:
@@ -207,12 +292,13 @@ def everything() -> dict[str, Any]:
     return {
         "load_plugins": load_plugins(),
         "scheduler_hand_over": scheduler_hand_over(),
+        "scheduler_lifecycle": scheduler_lifecycle(),
         "detokenizer_hand_over": detokenizer_hand_over(),
         "broken_contract": broken_contract(),
     }
 
 
-CHECKS = {f.__name__: f for f in (load_plugins, broken_contract, scheduler_hand_over, detokenizer_hand_over, everything)}
+CHECKS = {f.__name__: f for f in (load_plugins, broken_contract, scheduler_hand_over, scheduler_lifecycle, detokenizer_hand_over, everything)}
 
 if __name__ == "__main__":
     print(json.dumps(CHECKS[sys.argv[1]](), default=repr))

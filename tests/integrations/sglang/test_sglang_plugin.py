@@ -71,6 +71,7 @@ def test_a_changed_seam_keeps_sglang_stock_and_says_why(checked: dict[str, Any])
 def test_a_stop_stream_that_raises_hands_its_request_to_stock(checked: dict[str, Any]) -> None:
     got = checked["scheduler_hand_over"]
     assert got["watch"] is None  # stock's check from then on
+    assert got["own_methods_left"] == []  # the request's own callables removed
     assert got["reason"] == {"type": "stop", "matched": "END"}
     assert got["finished_at"] == got["expected_at"]
     assert "SGLang's stock check serves the rest of this request" in got["logs"]
@@ -83,3 +84,26 @@ def test_a_text_stream_that_raises_hands_its_request_to_stock(checked: dict[str,
     assert "SGLang's stock detokenizer serves the rest of this request" in got["logs"]
     assert got["left"] == [] and got["stock_left"] == []  # finished requests leave both states
     assert got["capacity"] == 1 << 16  # stock's DETOKENIZER_MAX_STATES
+
+
+def test_a_stop_stream_follows_its_request_through_retractions(checked: dict[str, Any]) -> None:
+    """SGLang drops a retracted request's output ids (a new array) or cuts them: the stop
+    stream starts again from what is left and the stop still ends the request where it
+    completes; the prefix check holds exactly the ids of a partial stop."""
+    got = checked["scheduler_lifecycle"]
+    for case in ("replaced", "cut"):
+        assert got[case]["reason"] == {"type": "stop", "matched": "\n\nUser:"}
+        assert got[case]["finished_len"] == got[case]["expected_len"]
+    assert got["replaced"]["held"] == got["replaced"]["expected_held"]
+
+
+def test_requests_without_stop_strings_or_with_a_stop_regex_answer_as_stock(checked: dict[str, Any]) -> None:
+    got = checked["scheduler_lifecycle"]
+    assert got["no_stop_strings_held"] == [False] * 6
+    assert got["regex"]["own_methods"] == []  # stock's methods, through the class
+    assert got["regex"]["reason"] == {"type": "stop", "matched": "\n\nUser:"}
+
+
+def test_a_finished_request_is_freed_without_garbage_collection(checked: dict[str, Any]) -> None:
+    """The request's own callables reach it weakly: no reference cycle keeps it alive."""
+    assert checked["scheduler_lifecycle"]["freed_without_gc"] is True
