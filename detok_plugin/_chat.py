@@ -23,7 +23,9 @@ short has then had its name and part of its arguments sent, and is not taken bac
 Where a parser reads the reply (live tags), whitespace at the edges of a reasoning or content
 segment is the template's markup, not text (``detok_plugin._edges``): leading whitespace is
 dropped, trailing whitespace waits for the segment's next character (then it leaves with it)
-or markup or the end (then it is dropped); whitespace between and after tool calls is markup.
+or markup or the end (then it is dropped). A tool call is no edge of content: the content on
+both sides of it joins, so whitespace before a last call or between calls is dropped, and
+whitespace between text, a call and more text is kept.
 
 The common id costs a lookup, not a call into the core: while the stream is at rest in a
 mode, an id whose text holds no first character of that mode's tags or stops is what the
@@ -126,7 +128,6 @@ class ChatStream:
         # The segment edges (``_edges``): content's and reasoning's, where tags are live.
         self._edges = (Edge(), Edge()) if tags is not None else None
         self._edge: Edge | None = None  # the shortcut channel's edge
-        self._before_body: str | None = None  # content's held whitespace where a body opened
         # The common id's shortcut (RestTexts): while the stream is at rest in content or
         # reasoning, an id whose text leaves whole is one lookup and one delta.
         self._rests = RestTexts.of(tokenizer, self.state, skip_special_tokens) if streaming else None
@@ -207,8 +208,11 @@ class ChatStream:
         for tid in ids:  # one by one: the content after a body's close stays after its raw text
             if self.state.finished:
                 break
+            if self._rest_id(tid, parts):
+                continue  # taken at rest, as by ``message``: a lookup, no call into the core
             before = self.state._mode
             self._take(self._push((tid,)), parts, at_end=False, before=before)
+            self._caught_up()
         if finished and not self.state.finished:
             self._take(self.state.finish(), parts, at_end=True, before=self.state._mode)
         if finished and self._edges is not None:
@@ -216,6 +220,31 @@ class ChatStream:
                 edge.end()
         self._caught_up()
         return parts
+
+    def _rest_id(self, tid: int, parts: ChatParts) -> bool:
+        """One id of a step while the stream is at rest (``RestTexts``): taken by the
+        lookup, its text into ``parts`` as the core would release it; False where the id
+        needs the core."""
+        rest = self._rest
+        if rest is None or tid.__class__ is not int:  # not a bool, numpy or torch scalar
+            return False
+        text = rest.get(tid)
+        if text is None and tid not in rest:  # an id not seen at rest in this mode yet
+            text = self._rests.learn(self.state._mode, tid)  # type: ignore[union-attr]
+        if text is None or tid in self._slow:
+            return False
+        self._ids.append(tid)
+        if not text:
+            return True
+        channel = self._channel
+        if channel == TOOL:
+            index = self.state._rest_tool_text(text)
+            self._body_text(index, text, parts)
+        elif channel == CONTENT:
+            self._content(text, parts)
+        else:
+            self._reasoning(text, parts)
+        return True
 
     def _caught_up(self) -> None:
         """After a call into the core: whether the shortcut applies now (at rest in a mode
@@ -280,18 +309,17 @@ class ChatStream:
         if delta.text and text_last:
             self._content(delta.text, parts)
         if self._edges is not None:
-            self._segments(before, self.state._mode)
+            self._segments(self.state._mode)
 
-    def _segments(self, before: int, after: int) -> None:
-        """After an id: a segment the stream left (a tag, a body) ended at markup, so what
-        it held was its trailing edge. Where a body opened right after content, the content's
-        held whitespace is kept aside: a body that turns out malformed is sent as content."""
+    def _segments(self, mode: int) -> None:
+        """After an id: a segment the stream left ended at markup, so what it held was its
+        trailing edge. Reasoning ends at its close tag (or a call, ``tool_ends_reasoning``);
+        content ends where reasoning opens, not at a call: a call goes out of band, and the
+        content on both sides of it joins (whitespace between them is text between them)."""
         content, reasoning = self._edges  # type: ignore[misc]
-        if after != CONTENT:
-            if after == TOOL and before != TOOL:
-                self._before_body = content.held if before == CONTENT and content.open else None
+        if mode == REASONING:
             content.end()
-        if after != REASONING:
+        else:
             reasoning.end()
 
     def _content(self, text: str, parts: ChatParts) -> None:
@@ -351,11 +379,8 @@ class ChatStream:
             opener = "" if self.state._tool_bare else (tags.tool_open or "")  # a bare body holds its opener
             raw = opener + "".join(self.body) + (tags.tool_close or "")
             self._log.warning("detok-plugin: %s; sent as content", call.error)
-            if self._edges is not None:  # the body was text: the content segment goes on
-                content = self._edges[CONTENT]
-                if self._before_body is not None:
-                    content.open, content.held = True, self._before_body
-                raw = content.take(raw)
+            if self._edges is not None:  # the body was text of the content segment
+                raw = self._edges[CONTENT].take(raw)
             parts.content.append(raw)
             return
         k = call.index - self.body_index  # which call of this body

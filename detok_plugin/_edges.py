@@ -14,7 +14,9 @@ chat layer (``ChatStream``, for a request whose reasoning or tool tags are live)
   dropped). It is the wait a partial tag already costs (``<`` may begin ``<tool_call>``):
   a token ending in a newline leaves with the token after it.
 
-Whitespace inside a segment is untouched. A client reads the same reply as stock vLLM's
+Whitespace inside a segment is untouched. A tool call is no edge of content: it goes out of
+band, and the content on both sides of it is one segment (``Before. <call> After.`` keeps
+both spaces; ``Let me check.\n<call>`` at the reply's end drops the newline). A client reads the same reply as stock vLLM's
 parsers give it modulo this rule (and CanIToolCall's soft comparison, ``str.strip`` on each
 field, becomes a strict one).
 

@@ -238,6 +238,14 @@ def test_whitespace_before_a_call_is_markup(qwen3: Any, step: int) -> None:
         assert both(qwen3, "qwen3", enc(qwen3, "I will check." + sep + call), step) == ("I will check.", "", [("f", {"n": 1})])
 
 
+@pytest.mark.parametrize("step", STEPS)
+def test_content_on_both_sides_of_a_call_is_one_segment(qwen3: Any, step: int) -> None:
+    """A call goes out of band: the whitespace between text before it and text after it is
+    text (CanIToolCall's ``sglang-text-around-call``, ``k2i-vllm-content-after-tool-section``)."""
+    call = '<tool_call>\n{"name": "f", "arguments": {"n": 1}}\n</tool_call>'
+    assert both(qwen3, "qwen3", enc(qwen3, "Before. " + call + " After.\n"), step) == ("Before.  After.", "", [("f", {"n": 1})])
+
+
 def test_trailing_whitespace_waits_for_the_next_character(qwen3: Any) -> None:
     """One id per step: a newline leaves with the text after it; before markup it never leaves."""
     s = ChatStream(qwen3, TagSet.preset("qwen3"), new_call_id=lambda name, fmt: "call")
