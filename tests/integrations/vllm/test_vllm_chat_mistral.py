@@ -20,6 +20,9 @@ The oracle: the tokenizer's own decode of the ids (special tokens kept), split a
 by string operations; the calls are parsed from the body by ``str.partition`` and ``json``.
 vLLM's own ``mistral`` parser runs on the same replies where it can (it needs
 ``[TOOL_CALLS]`` in the vocabulary: the special-token copy).
+
+Magistral's reasoning tags by tokenizer (the end of the module) run on tokenizer_zoo's Tekken
+builds: v11 (Magistral Small 2506, ``<think>`` as text) and v13 (``[THINK]`` a control token).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import tokenizer_zoo  # noqa: E402
 from detok_plugin.integrations import vllm as shim  # noqa: E402
 from detok_plugin.integrations.vllm import chat_registry  # noqa: E402
 from test_vllm_chat import Chat, Family, _replay, byte_ids  # noqa: E402
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
 from vllm.tokenizers.hf import get_cached_tokenizer  # noqa: E402
 
 from detok_plugin import DetokenizerState, parse_tool_body  # noqa: E402
@@ -92,8 +96,14 @@ def decode(tok: Any, out: list[int]) -> str:
     return tok.decode(prompt + out, skip_special_tokens=False)[len(tok.decode(prompt, skip_special_tokens=False)) :]
 
 
+def edges(text: str) -> str:
+    """A reasoning or content segment as the chat layer sends it: the whitespace at its edges
+    is markup (``detok_plugin._edges``; the v1 vocabulary's dummy prefix puts a space first)."""
+    return text.strip()
+
+
 def split(tok: Any, out: list[int], *, think: bool) -> tuple[str, str, list[tuple[str, Any]]]:
-    """(reasoning, content, calls) from the decode, by string operations."""
+    """(reasoning, content, calls) from the decode, by string operations, at their ``edges``."""
     rest, reasoning = decode(tok, out), ""
     if think and "[THINK]" in rest:
         before, _, after = rest.partition("[THINK]")
@@ -104,11 +114,18 @@ def split(tok: Any, out: list[int], *, think: bool) -> tuple[str, str, list[tupl
     for segment in body.split("[TOOL_CALLS]") if body else ():
         name, _, args = segment.partition("[ARGS]")
         calls.append((name.strip(), json.loads(args)))
-    return reasoning, content, calls
+    return edges(reasoning), edges(content), calls
 
 
-def chat(kind: str, names: tuple[str | None, str], out: list[int], *, step: int = 1, plugin: bool = True,
-         stop: list[str] | None = None, tools: bool = True, **fields: Any) -> Chat:
+def chat(kind: str, names: tuple[str | None, str], out: list[int], **kw: Any) -> Chat:
+    """Replay ``out`` through OutputProcessor and the chat layer on ``tokenizer(kind)``."""
+    return chat_on(tokenizer(kind), names, out, **kw)
+
+
+def chat_on(
+    tok: Any, names: tuple[str | None, str], out: list[int], *, step: int = 1, plugin: bool = True,
+    stop: list[str] | None = None, tools: bool = True, **fields: Any,
+) -> Chat:
     """Replay ``out`` through OutputProcessor and the chat layer (``test_vllm_chat._replay``)."""
     shim.unregister()
     with pytest.MonkeyPatch.context() as mp:
@@ -116,7 +133,7 @@ def chat(kind: str, names: tuple[str | None, str], out: list[int], *, step: int 
         shim.register()
         chat_registry.register_chat_parsers()
         try:
-            return _replay(_FAMILY, tokenizer(kind), out, step, stop, names, tools, PROMPT, fields)
+            return _replay(_FAMILY, tok, out, step, stop, names, tools, PROMPT, fields)
         finally:
             shim.unregister()
 
@@ -166,7 +183,7 @@ def test_magistral_tags_as_text_in_the_core() -> None:
     reasoning, content, calls = split(tok, out, think=True)
     state = DetokenizerState.from_tokenizer(tok, prompt_ids=enc(tok, PROMPT), tags="magistral", eos_token_ids=())
     deltas = [state.push(i) for i in out] + [state.finish()]
-    assert "".join(d.reasoning for d in deltas) == reasoning
+    assert edges("".join(d.reasoning for d in deltas)) == reasoning
     assert "".join(d.text for d in deltas).strip() == content.strip()
     done = [c for d in deltas for c in d.tool_calls if c.complete]
     assert [(c.name, json.loads(c.arguments or "")) for c in done] == calls == TWO
@@ -198,7 +215,7 @@ def test_a_malformed_body_is_reported_as_content(kind: str, bad: str, stream_arg
     head = enc(tok, "Ok.") + enc(tok, "[TOOL_CALLS]")
     out = head + enc(tok, f"get_weather[ARGS]{bad}" if bad else "[ARGS]{}")
     seen = chat(kind, MISTRAL, out, vllm_xargs={"detok_stream_arguments": stream_arguments})
-    assert seen.joined("content") == decode(tok, out)
+    assert seen.joined("content") == edges(decode(tok, out))
     sent = "".join(streamed_args(seen.deltas))
     if bad and stream_arguments:  # the name and a prefix of the arguments went out before the end showed the fault
         assert sent and bad.startswith(sent)
@@ -344,7 +361,7 @@ AGREE = [
 @pytest.mark.parametrize(("case", "step"), AGREE)
 def test_agrees_with_vllms_own_parser(case: str, step: int) -> None:
     ours, stock, _out = _both(case, step)
-    assert ours.joined("reasoning") == stock.joined("reasoning")
+    assert ours.joined("reasoning") == edges(stock.joined("reasoning"))
     assert ours.joined("content").strip() == stock.joined("content").strip()
     assert ours.calls() == stock.calls()
 
@@ -382,19 +399,19 @@ def test_stock_differs(case: str) -> None:
     elif case == "mistral_space_before_the_name":
         assert ours.calls() == [("get_weather", ARGS)] and stock.calls() == [(" get_weather", ARGS)]
     elif case == "magistral_call_inside_unclosed_think":
-        assert ours.joined("reasoning") == decode(tok, out).removeprefix("[THINK]")
+        assert ours.joined("reasoning") == edges(decode(tok, out).removeprefix("[THINK]"))
         assert not ours.calls() and ours.joined("content") == ""
         assert stock.joined("reasoning").strip() == "Let me call it." and stock.calls() == [("get_weather", ARGS)]
     elif case == "mistral_other_special_token_in_content":
         content = decode(tok, out).partition("[TOOL_CALLS]")[0]
-        assert "<s>" in content and ours.joined("content") == content
+        assert "<s>" in content and ours.joined("content") == edges(content)
         assert ours.calls() == stock.calls() == [("get_weather", ARGS)]
         assert stock.joined("content") == content.replace("<s>", "")
     elif case == "mistral_empty_arguments":
         assert ours.calls() == [("get_weather", {})]
         assert "".join(streamed_args(stock.deltas)) == ""
     else:  # the body does not parse: content only, no call (stock streamed one)
-        assert ours.joined("content") == decode(tok, out) and ours.calls() == []
+        assert ours.joined("content") == edges(decode(tok, out)) and ours.calls() == []
         assert "".join(streamed_args(stock.deltas)).endswith("} Done.")
         with pytest.raises(ValueError):
             stock.calls()
@@ -402,3 +419,69 @@ def test_stock_differs(case: str) -> None:
 
 def test_every_differing_case_has_a_name() -> None:
     assert set(STOCK_DIFFERS).isdisjoint(p.values[0] for p in AGREE)
+
+
+# --- Magistral's reasoning tags, as its tokenizer says ------------------------------------------
+
+#: Tekken v11 (Magistral Small 2506: no ``[THINK]`` token, reasoning as ``<think>`` text) and
+#: v13 (Magistral Small 2509: ``[THINK]`` a control token), both tokenizer_zoo builds.
+TEKKEN = {"v11": "tekken_v11", "v13": "tekken"}
+
+
+@functools.cache
+def tekken(version: str) -> Any:
+    return get_cached_tokenizer(tokenizer_zoo.load(TEKKEN[version]))
+
+
+def _think_text_reply(tok: Any) -> list[int]:
+    """``<think>thought</think>said`` then a call, written as Magistral Small 2506 writes it:
+    the think tags as text (several ordinary tokens), ``[TOOL_CALLS]`` and ``[ARGS]`` control
+    tokens."""
+    text = '<think>Weather in 東京 🫨? Call it.</think>Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "東京", "days": 3}'
+    ids = enc(tok, text)
+    assert len(enc(tok, "<think>")) > 1 and enc(tok, "[TOOL_CALLS]")[0] in ids
+    return ids
+
+
+@pytest.mark.parametrize("step", STEPS)
+@pytest.mark.parametrize("version", sorted(TEKKEN))
+def test_magistral_reads_the_reasoning_tags_its_tokenizer_has(version: str, step: int) -> None:
+    """``detok_magistral`` reasons between ``<think>`` and ``</think>`` as text on a tokenizer
+    without a ``[THINK]`` token (Tekken v11), and between ``[THINK]`` and ``[/THINK]`` where it
+    is one (v13), where the ``<think>`` text is content: vLLM 0.33's ``mistral`` parser picks
+    the same way (``vllm/parser/mistral.py``). The oracle: the tokenizer's decode, split at the
+    tags by string operations."""
+    tok = tekken(version)
+    out = _think_text_reply(tok)
+    text = decode(tok, out)
+    content, _, body = text.partition("[TOOL_CALLS]")
+    name, _, args = body.partition("[ARGS]")
+    reasoning = ""
+    if version == "v11":
+        before, _, rest = content.partition("<think>")
+        reasoning, _, after = rest.partition("</think>")
+        content = before + after
+    seen = chat_on(tok, MAGISTRAL, out, step=step)
+    assert (seen.joined("reasoning"), seen.joined("content"), seen.calls()) == (reasoning, content, [(name, json.loads(args))])
+    ids = enc(tok, "[THINK]thinks[/THINK]said")  # control tokens on v13, text on v11
+    seen = chat_on(tok, MAGISTRAL, ids, step=step, tools=False)
+    want = ("thinks", "said") if version == "v13" else ("", decode(tok, ids))
+    assert (seen.joined("reasoning"), seen.joined("content")) == want
+
+
+def test_v11_reasoning_is_vllms_own_text_mode_split() -> None:
+    """On the same Tekken v11 read as vLLM's ``tokenizer_mode="mistral"`` reads it (the
+    tekken.json beside the build), vLLM's own ``MistralParser`` picks its plain-text reasoning
+    mode and splits the reply's text where ``detok_magistral`` does."""
+    from vllm.parser.mistral import MistralParser
+    from vllm.tokenizers.mistral import MistralTokenizer
+
+    mistral_tok = MistralTokenizer.from_pretrained(str(tokenizer_zoo.directory(TEKKEN["v11"])))
+    tok = tekken("v11")
+    out = _think_text_reply(tok)
+    content = decode(tok, out).partition("[TOOL_CALLS]")[0]
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}])
+    stock_reasoning, stock_content = MistralParser(mistral_tok).extract_reasoning(content, request)
+    seen = chat_on(tok, MAGISTRAL, out)
+    assert (seen.joined("reasoning"), seen.joined("content")) == (stock_reasoning, stock_content)
+    assert seen.joined("reasoning") and "<think>" not in seen.joined("content")
