@@ -156,14 +156,21 @@ class ChatStream:
                 if channel == TOOL:
                     return self._rest_tool(text)
                 edge = self._edge
-                if edge is not None and not (edge.plain and not text[-1].isspace()):
-                    text = edge.take(text)  # at a segment's edge: whitespace is markup
-                    if not text:
-                        return None
+                if edge is not None and not edge.passes(text):
+                    return self._at_edge(edge, channel, text)
                 if channel == CONTENT:
                     return {"content": text}
                 return {"reasoning": text} if self.include_reasoning else None
         return self._one(ids)
+
+    def _at_edge(self, edge: Edge, channel: int, text: str) -> Fields | None:
+        """A shortcut id's text where its segment's edge applies (``_edges``)."""
+        text = edge.take(text)
+        if not text:
+            return None
+        if channel == CONTENT:
+            return {"content": text}
+        return {"reasoning": text} if self.include_reasoning else None
 
     def _one(self, ids: Sequence[int]) -> Fields | None:
         """A live step of one id off the shortcut: what the core released; content alone

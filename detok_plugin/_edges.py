@@ -47,11 +47,10 @@ class Edge:
         self.open = False
         self.held = ""
 
-    @property
-    def plain(self) -> bool:
-        """Text that does not end in whitespace leaves unchanged (nothing held, not at the
-        segment's start): the shortcut's test."""
-        return self.open and not self.held
+    def passes(self, text: str) -> bool:
+        """``text`` (not empty) leaves unchanged: nothing held, not at the segment's start,
+        and it does not end in whitespace (the shortcut's test)."""
+        return self.open and not self.held and not text[-1].isspace()
 
     def take(self, text: str) -> str:
         """Text of the segment: what of it (and of what was held) leaves now."""
