@@ -68,12 +68,16 @@ def requests(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> 
 
 
 def run_scheduler(
-    tok: Any, ids: list[list[int]], stops: bool, prompt: list[int], checks: bool = True
+    tok: Any, ids: list[list[int]], stops: bool, prompt: list[int], checks: bool = True, bare: bool = False
 ) -> tuple[tuple[int, int], list[Any]]:
     """Nanoseconds for every request's checks over every step, and over the steps between
     the first (each request's setup) and the last; each request's finish. ``checks=False``:
-    the harness alone (the loop and the appends, no check)."""
+    the harness alone (the loop and the appends, no check); ``bare``: the two calls land
+    on functions that do nothing (bound on each request)."""
     reqs = requests(tok, ids, stops, prompt)
+    for req in reqs if bare else ():
+        req._check_str_based_finish = _nothing_finished
+        req.check_match_stop_str_prefix = _nothing_held
     pairs = list(zip(reqs, ids))
     n = len(ids[0])
     marks = []
@@ -92,6 +96,20 @@ def run_scheduler(
 
 def run_scheduler_harness(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> tuple[tuple[int, int], list[Any]]:
     return run_scheduler(tok, ids, stops, prompt, checks=False)
+
+
+def run_scheduler_floor(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> tuple[tuple[int, int], list[Any]]:
+    """The floor of any per-request seam: SGLang's two calls landing on the cheapest
+    Python callables there are (bound on each request, doing nothing)."""
+    return run_scheduler(tok, ids, stops, prompt, bare=True)
+
+
+def _nothing_finished(new_accepted_len: int = 1) -> bool:
+    return False
+
+
+def _nothing_held() -> bool:
+    return False
 
 
 def payloads(ids: list[list[int]], prompt: list[int]) -> list[Any]:
@@ -123,12 +141,14 @@ def manager(tok: Any) -> Any:
     return m
 
 
-def run_detokenizer(tok: Any, steps: list[Any], harness: bool = False) -> tuple[tuple[int, int], list[str]]:
+def run_detokenizer(
+    tok: Any, steps: list[Any], harness: bool = False, step: Any = None
+) -> tuple[tuple[int, int], list[str]]:
     """Nanoseconds for every step's batch, and for the steps between the first (each
     request's setup) and the last (each request's end); each request's text. ``harness``:
-    the loop alone, its call a no-op."""
+    the loop alone, its call a no-op; ``step``: this function in place of SGLang's."""
     m = manager(tok)
-    decode = _no_step if harness else m._decode_batch_token_id_output
+    decode = _no_step if harness else step or m._decode_batch_token_id_output
     t0 = time.process_time_ns()
     first = decode(steps[0])
     t1 = time.process_time_ns()
@@ -150,6 +170,29 @@ def run_detokenizer_harness(tok: Any, steps: list[Any]) -> tuple[tuple[int, int]
     return run_detokenizer(tok, steps, harness=True)
 
 
+def run_detokenizer_floor(tok: Any, steps: list[Any]) -> tuple[tuple[int, int], list[str]]:
+    """The floor of any step over per-request streams: SGLang's one call per step, each
+    row's stream looked up by rid and pushed its one id, nothing else (no finish, no
+    state kept, no safety net)."""
+    from detok_plugin import ServingStream
+
+    pushes: dict[str, Any] = {}
+
+    def step(recv_obj: Any) -> list[str]:
+        if not pushes:
+            for rid, ids, start in zip(recv_obj.rids, recv_obj.decode_ids, recv_obj.read_offsets):
+                stream = ServingStream.from_tokenizer(tok, prompt_ids=ids[:start], skip_special_tokens=True, eos_token_ids=())
+                pushes[rid] = stream.push_text
+            return ["".join(map(pushes[rid], ids[start:])) for rid, ids, start in zip(
+                recv_obj.rids, recv_obj.decode_ids, recv_obj.read_offsets)]
+        out = []
+        for rid, ids in zip(recv_obj.rids, recv_obj.decode_ids):
+            out.append(pushes[rid](ids[0]))
+        return out
+
+    return run_detokenizer(tok, steps, step=step)
+
+
 def timed(fn: Any, *args: Any) -> tuple[int, Any]:
     gc.collect()
     gc.disable()
@@ -160,29 +203,29 @@ def timed(fn: Any, *args: Any) -> tuple[int, Any]:
 
 
 def measure(
-    label: str, fn: Any, harness: Any, args: tuple[Any, ...], per: int, steady_per: int, repeats: int
-) -> list[float]:
-    """Median ns per token of stock and plugin, whole and steady, the harness's own cost
-    (the same loop without the part timed) taken out; alternating rounds of harness, stock
-    and plugin; outputs checked equal."""
-    rounds: dict[Any, list[tuple[int, int]]] = {None: [], False: [], True: []}
+    label: str, runs: dict[str, Any], args: tuple[Any, ...], per: int, steady_per: int, repeats: int
+) -> dict[str, tuple[float, float]]:
+    """Median ns per token, whole and steady, of each run (``harness``: the same loop
+    without the part timed, taken out of the others; ``stock``; ``plugin``, registered;
+    ``floor``), in alternating rounds; stock's and the plugin's outputs checked equal."""
+    rounds: dict[str, list[tuple[int, int]]] = {name: [] for name in runs}
     seen = {}
     for n in range(repeats + 1):
-        for on in (None, False, True):
-            shim.register() if on else shim.unregister()
-            ns, result = timed(harness if on is None else fn, *args)
+        for name, fn in runs.items():
+            shim.register() if name == "plugin" else shim.unregister()
+            ns, result = timed(fn, *args)
             if n == 0:
-                seen[on] = result
+                seen[name] = result
             else:
-                rounds[on].append(ns)
+                rounds[name].append(ns)
     shim.unregister()
-    if seen[False] != seen[True]:
+    if seen["stock"] != seen["plugin"]:
         raise SystemExit(f"{label}: the plugin's output differs from stock's")
 
-    def net(on: bool, k: int, count: int) -> float:
-        return (statistics.median(r[k] for r in rounds[on]) - statistics.median(r[k] for r in rounds[None])) / count
+    def net(name: str, k: int, count: int) -> float:
+        return (statistics.median(r[k] for r in rounds[name]) - statistics.median(r[k] for r in rounds["harness"])) / count
 
-    return [net(False, 0, per), net(True, 0, per), net(False, 1, steady_per), net(True, 1, steady_per)]
+    return {name: (net(name, 0, per), net(name, 1, steady_per)) for name in runs if name != "harness"}
 
 
 def qwen3() -> Any:
@@ -209,24 +252,32 @@ def main() -> None:
     for batch in (1, 32):
         ids = streams(tok, batch, args.tokens)
         per, steady = batch * args.tokens, batch * (args.tokens - 2)
+        scheduler = {"harness": run_scheduler_harness, "stock": run_scheduler, "plugin": run_scheduler, "floor": run_scheduler_floor}
         for stops in (False, True):
-            got = measure("scheduler", run_scheduler, run_scheduler_harness, (tok, ids, stops, prompt), per, steady, args.repeats)
+            got = measure("scheduler", scheduler, (tok, ids, stops, prompt), per, steady, args.repeats)
             rows.append(["scheduler stop check", batch, "4" if stops else "none", *_cells(got)])
-        got = measure(
-            "detokenizer", run_detokenizer, run_detokenizer_harness, (tok, payloads(ids, prompt)), per, steady, args.repeats
-        )
+        detokenizer = {
+            "harness": run_detokenizer_harness, "stock": run_detokenizer, "plugin": run_detokenizer, "floor": run_detokenizer_floor,
+        }
+        got = measure("detokenizer", detokenizer, (tok, payloads(ids, prompt)), per, steady, args.repeats)
         rows.append(["detokenizer step", batch, "(scheduler's)", *_cells(got)])
     print(f"SGLang 0.5.23, Qwen3 tokenizer, {args.tokens} ids per request, median of {args.repeats} rounds; CPU ns per token")
     print("(whole: every step, each request's setup and end included; steady: the steps between;")
     print(" the harness's own loop, measured alone in the same rounds, taken out of both)")
-    print(table(rows, ["part", "batch", "stops", "stock", "plugin", "plugin / stock", "stock steady", "plugin steady", "steady ratio"]))
+    print("(floor, steady: SGLang's calls landing on callables that do nothing (scheduler), or a step that only")
+    print(" looks each row's stream up and pushes its id (detokenizer): what any per-request seam costs at least)")
+    print(table(rows, [
+        "part", "batch", "stops", "stock", "plugin", "plugin / stock", "stock steady", "plugin steady", "steady ratio",
+        "floor steady", "floor / stock",
+    ]))
 
 
-def _cells(got: list[float]) -> list[str]:
-    stock, plugin, stock_steady, plugin_steady = got
+def _cells(got: dict[str, tuple[float, float]]) -> list[str]:
+    (stock, stock_steady), (plugin, plugin_steady), (_, floor) = got["stock"], got["plugin"], got["floor"]
     return [
         f"{stock:,.0f}", f"{plugin:,.0f}", f"{plugin / stock:.3f}x",
         f"{stock_steady:,.0f}", f"{plugin_steady:,.0f}", f"{plugin_steady / stock_steady:.3f}x",
+        f"{floor:,.0f}", f"{floor / stock_steady:.3f}x",
     ]
 
 

@@ -49,7 +49,7 @@ FIELDS = (
 class RequestText:
     """One request's text: its stream, the context ids, and the pieces sent so far."""
 
-    __slots__ = ("stream", "push", "context", "pieces")
+    __slots__ = ("stream", "push", "taken", "context", "pieces")
 
     def __init__(self, tokenizer: Any, recv_obj: Any, i: int) -> None:
         ids = recv_obj.decode_ids[i]
@@ -66,6 +66,7 @@ class RequestText:
             on_unknown_id=_log_unknown_id,
         )
         self.push = self.stream.push_text
+        self.taken = self.stream.token_ids  # the output ids taken (the stream's own list)
         self.pieces: list[str] = []
 
     def step(self, ids: Sequence[int]) -> str:
@@ -141,31 +142,29 @@ def _texts(manager: Any) -> Texts:
 
 
 def decode_batch_token_id_output(self: Any, recv_obj: Any) -> list[str]:
-    """``DetokenizerManager._decode_batch_token_id_output``: one delta per rid, in order."""
+    """``DetokenizerManager._decode_batch_token_id_output``: one delta per rid, in order.
+    The common row (one id of a live request the plugin serves) is taken inline; every
+    other row after the loop (``_slow_rows``)."""
     try:
         texts = self._detok_plugin_texts
     except AttributeError:
         texts = _texts(self)
-    decode_ids = recv_obj.decode_ids
     reasons = recv_obj.finished_reasons
     out: list[str] = []
     slow: list[int] | None = None
-    common = RequestText
-    for i, rid in enumerate(recv_obj.rids):
+    i = -1
+    for rid, ids in zip(recv_obj.rids, recv_obj.decode_ids):
+        i += 1
         text = texts.get(rid)
-        ids = decode_ids[i]
-        if text.__class__ is common and reasons[i] is None and len(ids) == 1:
-            before = len(text.stream.token_ids)
-            try:  # the common step, inline: one id of a live request
+        if text.__class__ is RequestText and len(ids) == 1 and reasons[i] is None:
+            before = len(text.taken)
+            try:
                 piece = text.push(ids[0])
             except Exception as exc:
                 _hand_over(self, texts, text, recv_obj, i, exc, before)
-                piece = None
-            if piece:
-                text.pieces.append(piece)
-                out.append(piece)
-                continue
-            if piece is not None:
+            else:
+                if piece:
+                    text.pieces.append(piece)
                 out.append(piece)
                 continue
         out.append("")
@@ -193,7 +192,7 @@ def _slow_rows(manager: Any, recv_obj: Any, texts: Any, rows: list[int], out: li
                 del texts[rid]
             stock_rows.append(i)
             continue
-        before = len(text.stream.token_ids)
+        before = len(text.taken)
         try:
             out[i] = _advance(manager, recv_obj, texts, text, ids, i)
         except Exception as exc:
