@@ -166,9 +166,12 @@ class Router:
         return tool_format(tags.tool_format).marker_is_text("".join(self._tool_body))
 
     def _id_tag(self, pattern: Pattern, out: Out) -> None:
-        """A tag token that skip_special_tokens removes from the text: act on its id (a
-        close tag inside a value is the value's text, as ``_switch`` says)."""
-        if self._mode != CONTENT and pattern.kind == "t_open":
+        """A tag token that skip_special_tokens removes from the text: act on its id where
+        its text would act, as a tag of the mode's patterns (``StreamConfig.patterns``);
+        elsewhere it is nothing, as in the decode (a reasoning tag's id inside a tool body,
+        a tool close tag's id where no body is open). A close tag inside a value is the
+        value's text, as ``_switch`` says."""
+        if all(p.kind != pattern.kind for p in self._cfg.patterns[self._mode]):
             return
         if pattern.kind == "t_close" and self._marker_is_text():
             self._emit(self._pending, out)

@@ -110,3 +110,43 @@ def test_a_bare_opener_that_stays_text_is_text_to_the_stop_strings_too(tags, inc
     text = "".join(d.text for d in deltas)
     assert text == "The quick brown fox" + (stop if include_stop else "")
     assert not any(d.tool_calls for d in deltas)
+
+
+def _specials_table(*pieces: str, special: tuple[str, ...]) -> TokenTable:
+    added = tuple((k, p, True) for k, p in enumerate(pieces) if p in special)
+    ids = frozenset(k for k, _, _ in added)
+    return TokenTable("byte_level", tuple(p.encode() for p in pieces), ids, eos_token_ids=(), added_tokens=added)
+
+
+def _joined(s: DetokenizerState, ids: list[int]) -> tuple[str, str, list]:
+    deltas = [s.push(i) for i in ids] + [s.finish()]
+    calls = [c for d in deltas for c in d.tool_calls]
+    return "".join(d.text for d in deltas), "".join(d.reasoning for d in deltas), calls
+
+
+def test_a_skipped_reasoning_close_id_inside_a_tool_body_is_nothing():
+    """Inside a tool body only the tool close tag ends it: a reasoning close tag's id there
+    (skipped by the decode) is nothing. It switched the stream to content with the body
+    left open, and the body's rest went out as content (fuzz seed 16372, Gemma 4's
+    ``<channel|>`` inside a call)."""
+    t = _specials_table("<tool_call>", '{"name": "f", ', "</think>", '"arguments": {}}', "</tool_call>", " ok", special=("</think>", "<tool_call>", "</tool_call>"))
+    s = DetokenizerState.from_tokenizer(t, tags="qwen3", skip_special_tokens=True, eos_token_ids=())
+    text, reasoning, calls = _joined(s, [0, 1, 2, 3, 4, 5])
+    assert (text, reasoning) == (" ok", "")
+    assert [(c.name, c.arguments, c.error) for c in calls if c.complete] == [("f", "{}", None)]
+
+
+@pytest.mark.parametrize("ids", [[0, 1, 2, 3], [4, 5, 1, 0, 6, 3]], ids=["content", "reasoning"])
+def test_a_skipped_tool_close_id_where_no_body_is_open_is_nothing(ids):
+    """The same rule for a tool close tag's id where no body is open: nothing. In content it
+    was taken as the close of an empty body, and the chat layer then dropped the blanks after
+    it as after a call; in reasoning it ended the reasoning (fuzz seeds 15722 and 17607,
+    Gemma 4's ``<tool_call|>``: the decode ends ``twice}\\n\\n``, the stream sent ``twice}``)."""
+    from detok_plugin import ChatStream, TagSet
+
+    t = _specials_table("twice}", "</tool_call>", "\\n\\n", "end", "<think>", "hm", "</think>", special=("</tool_call>", "<think>", "</think>"))
+    s = ChatStream(t, TagSet.preset("qwen3"), skip_special_tokens=True, new_call_id=lambda name, fmt: "call")
+    fields = [s.message([i], False) for i in ids] + [s.message([], True)]
+    got = {k: "".join(f.get(k, "") for f in fields if f) for k in ("content", "reasoning")}
+    want = {"content": "twice}\\n\\nend", "reasoning": ""} if ids[0] == 0 else {"content": "end", "reasoning": "hmtwice}"}
+    assert got == want and not any(f and f.get("tool_calls") for f in fields)
