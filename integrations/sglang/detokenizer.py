@@ -149,28 +149,25 @@ def decode_batch_token_id_output(self: Any, recv_obj: Any) -> list[str]:
         texts = self._detok_plugin_texts
     except AttributeError:
         texts = _texts(self)
-    reasons = recv_obj.finished_reasons
-    out: list[str] = []
+    out: list[str] = []  # its length is the row's index
     slow: list[int] | None = None
-    i = -1
-    for rid, ids in zip(recv_obj.rids, recv_obj.decode_ids):
-        i += 1
+    for rid, ids, reason in zip(recv_obj.rids, recv_obj.decode_ids, recv_obj.finished_reasons):
         text = texts.get(rid)
-        if text.__class__ is RequestText and len(ids) == 1 and reasons[i] is None:
+        if text.__class__ is RequestText and reason is None and len(ids) == 1:
             before = len(text.taken)
             try:
                 piece = text.push(ids[0])
             except Exception as exc:
-                _hand_over(self, texts, text, recv_obj, i, exc, before)
+                _hand_over(self, texts, text, recv_obj, len(out), exc, before)
             else:
                 if piece:
                     text.pieces.append(piece)
                 out.append(piece)
                 continue
-        out.append("")
         if slow is None:
             slow = []
-        slow.append(i)
+        slow.append(len(out))
+        out.append("")
     if slow is not None:
         _slow_rows(self, recv_obj, texts, slow, out)
     return out
