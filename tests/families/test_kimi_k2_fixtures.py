@@ -96,6 +96,16 @@ def test_the_reader_at_every_chunking_sends_a_prefix_of_the_parse(fx: dict[str, 
 _PROMPTS = {m["repo"]: m["default_generation_prompt"] for m in family_json("kimi")["reference_models"]}
 
 
+#: vLLM's Kimi K2 tests keep the space before a last call's section in content; the chat
+#: layer's one rule drops it (whitespace at a content segment's edge is the template's markup,
+#: ``detok_plugin._edges``), as other fixtures of the suite expect: the suite contradicts
+#: itself there (docs/conformance.md, cause S). For these, exact modulo that one space.
+SPACE_BEFORE_A_LAST_CALL = {
+    f"kimi/k2i-vllm-{name}"
+    for name in ("single-call-content-before", "three-tool-calls", "multiline-json", "id-without-functions-prefix", "noise-between-markers", "empty-tool-section")
+}
+
+
 @pytest.mark.parametrize("group", [1, 3, 0], ids=["token", "three", "one"])
 @pytest.mark.parametrize(
     "fx",
@@ -115,4 +125,8 @@ def test_a_whole_reply_is_exactly_the_expected_one(fx: dict[str, Any], group: in
     if "expected_error" in fx:
         assert got.calls == []
         return
-    assert got == expected_reply(fx)
+    want = expected_reply(fx)
+    if fx["id"] in SPACE_BEFORE_A_LAST_CALL:
+        assert want.content and want.content.endswith(" ") and fx["raw_output"].startswith(want.content + "<|tool_calls_section_begin|>")
+        want = want._replace(content=want.content[:-1])
+    assert got == want

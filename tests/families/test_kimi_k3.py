@@ -155,6 +155,11 @@ _FRAMING = re.compile(r"<\|open\|>response<\|sep\|>|<\|close\|>response<\|sep\|>
 #: The model skipped the think channel its prompt opened: only the response framing (which a
 #: preset cannot name yet) tells it ended.
 SKIPPED_THINK = "kimi/k3-bug-response-only-completion"
+#: A reply cut by max_tokens right after a space inside reasoning: the fixture keeps the space;
+#: the chat layer's one rule drops what a segment holds at the reply's end, a cut included
+#: (whitespace at a segment's edge is markup, ``detok_plugin._edges``; it is not told why the
+#: reply ended). Exact modulo that space.
+CUT_AFTER_A_SPACE = "kimi/k3-bug-truncated-reasoning-recorded"
 
 
 @pytest.mark.parametrize("group", [1, 3, 0], ids=["token", "three", "one"])
@@ -171,5 +176,8 @@ def test_a_whole_reply_gives_the_expected_calls_and_reasoning_and_content_inside
         assert got.calls == []
         return
     want = expected_reply(fx)
+    if fx["id"] == CUT_AFTER_A_SPACE:
+        assert want.reasoning and want.reasoning.endswith(" ") and fx["raw_output"] == want.reasoning
+        want = want._replace(reasoning=want.reasoning[:-1])
     assert (got.calls, got.reasoning) == (want.calls, want.reasoning)
     assert (_FRAMING.sub("", got.content or "") or None) == want.content
