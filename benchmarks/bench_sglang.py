@@ -14,8 +14,11 @@ What is timed, on the same replayed ids (Qwen3's real tokenizer, the paragraphs 
   SGLang sends it), on a real ``DetokenizerManager``.
 
 ``stock``: SGLang's own methods; ``plugin``: after ``register()`` (``DETOK_PLUGIN=1``), each
-request's setup (its streams, built on its first call) inside the timed run. The
-rounds alternate stock and plugin (``--repeats`` each, after a warm-up round each); each
+request's setup (its streams, built on its first call) inside the timed run; ``floor``: what
+any per-request seam costs at least, in the same rounds: SGLang's two scheduler calls landing
+on callables bound on each request that do nothing, and a detokenizer step that only looks
+each row's stream up by rid and pushes its one id (no finish, no state, no safety net). The
+rounds alternate harness, stock, plugin and floor (``--repeats`` each, after a warm-up round each); each
 figure is the median round's nanoseconds of CPU time (``process_time_ns``: load on the
 shared machine falls outside it) per token (per request and id), the ratio plugin
 over stock; "whole" counts every step (each request's setup on its first step, its end on
