@@ -216,28 +216,40 @@ class Split:
     calls: list[tuple[str, Any]]
 
 
+def edges(segment: str) -> str:
+    """The chat layer's rule for one reasoning or content segment (a run between reasoning
+    tags, the reply's start and end; a tool call is no edge, the content on both sides of it
+    joins; ``detok_plugin._edges``): the whitespace at its edges is markup, not text."""
+    return segment.strip()
+
+
 def oracle(fam: Family, out: Sequence[int], stop: Sequence[str] = ()) -> Split:
     """The full decode (special tokens kept, so id-only tags show), split at the tags, cut
-    at the first stop string in the answer."""
+    at the first stop string in the answer, each segment less its edges (:func:`edges`)."""
     tok = tokenizer(fam.tokenizer)
     prompt = enc(tok, fam.prompt)
     full = tok.decode(prompt + list(out), skip_special_tokens=False)[len(tok.decode(prompt, skip_special_tokens=False)) :]
-    reasoning, rest = "", full
+    reasoning, rest, segments = "", full, []
     if fam.think is not None and fam.think[0] in rest:
         before, _, after = rest.partition(fam.think[0])
-        reasoning, _, after = after.partition(fam.think[1])
-        rest = before + after
-    content, calls = rest, []
+        reasoning, _, rest = after.partition(fam.think[1])
+        segments.append(before)
+    calls: list[tuple[str, Any]] = []
     if fam.tool[0] in rest:
-        content, _, body = rest.partition(fam.tool[0])
+        said, _, body = rest.partition(fam.tool[0])
         if fam.tool[1]:
             body, _, tail = body.partition(fam.tool[1])
-            content += tail
+            said += tail  # the content after the call joins the content before it
         calls = fam.calls_in(body.strip() if fam.tokenizer != "deepseek_v3" else body)
-    for s in stop:
-        if s in content:
-            content = content[: content.index(s)]
-    return Split(reasoning, content, calls)
+        rest = said
+    segments.append(rest)
+    joined = "".join(segments)
+    cut = min((joined.index(s) for s in stop if s in joined), default=len(joined))
+    kept = []
+    for segment in segments:  # the content before the first stop, segment by segment
+        kept.append(segment[: max(cut, 0)])
+        cut -= len(segment)
+    return Split(edges(reasoning), "".join(edges(s) for s in kept), calls)
 
 
 def answer(fam: Family, thought: str = "Let me think: 東京 weather 🫨?", said: str = "Sure, checking.\n") -> list[int]:
@@ -255,7 +267,7 @@ def answer(fam: Family, thought: str = "Let me think: 東京 weather 🫨?", sai
 
 def assert_channels(seen: Chat, want: Split) -> None:
     assert seen.joined("reasoning") == want.reasoning
-    assert seen.joined("content").strip() == want.content.strip()
+    assert seen.joined("content") == want.content
     assert seen.calls() == want.calls
 
 
@@ -303,7 +315,7 @@ def test_stop_in_the_answer_cuts_the_answer_only(step: int) -> None:
     tok = tokenizer(fam.tokenizer)
     full = oracle(fam, out)  # tools off: the tool call is text of the answer
     assert seen.joined("reasoning") == full.reasoning
-    assert seen.joined("content") == "Sure, "
+    assert seen.joined("content") == edges("Sure, ")  # the stop ended the segment
     assert seen.finish_reason == "stop"
     # The detokenizer's text is the full decode with its tags, cut at the same place.
     prompt = enc(tok, fam.prompt)
@@ -317,7 +329,7 @@ def test_with_the_detokenizer_off_stops_cut_where_stock_cuts() -> None:
     fam = FAMILIES["qwen3"]
     out = answer(fam, thought="Think. STOP is just a word here.")
     seen = chat(fam, out, stop=["STOP"], plugin=False)
-    assert seen.joined("reasoning") == "Think. "
+    assert seen.joined("reasoning") == edges("Think. ")  # the stop ended the segment
     assert seen.joined("content") == "" and seen.finish_reason == "stop"
 
 
@@ -350,7 +362,8 @@ def test_a_stop_after_a_tool_body_still_cuts() -> None:
     assert_channels(seen, want)
     # The engine's finish was the stop; vLLM's chat layer reports "tool_calls" once a call
     # was streamed, so read the cut from the detokenizer's text.
-    assert seen.joined("content").endswith("Done ") and seen.detok_text.endswith("Done ")
+    assert seen.detok_text.endswith("Done ")
+    assert seen.joined("content").endswith("checking.\n Done")  # one segment: the call between is no edge
 
 
 def test_stock_vllm_cuts_a_tool_call_at_a_stop_inside_its_body() -> None:
@@ -580,8 +593,9 @@ def test_agrees_with_vllms_own_parser(family: str, step: int) -> None:
     ours = chat(fam, out, step=step)
     stock = chat(fam, out, step=step, plugin=False, names=fam.stock)
     assert_channels(ours, oracle(fam, out))
-    assert ours.joined("reasoning") == stock.joined("reasoning")
-    assert ours.joined("content").strip() == stock.joined("content").strip()
+    # One reasoning segment and one content segment: stock's, less their edges.
+    assert ours.joined("reasoning") == edges(stock.joined("reasoning"))
+    assert ours.joined("content") == edges(stock.joined("content"))
     assert ours.calls() == stock.calls()
 
 
