@@ -5,11 +5,13 @@ makes it write Japanese kana and emoji, recorded once from ``generate()`` into
 ``benchmarks/data/smollm2_generate_stream.json`` and replayed here exactly as ``generate()``
 feeds a streamer: ``put(prompt)`` (2-D), one ``put`` of a ``(1,)`` tensor per token, ``end()``.
 
-Two measures:
+Three measures:
 
 * **µs per put**, median over interleaved repeats, on the stream as recorded and on the
   stream repeated 8 times (a longer reply): ``TextIteratorStreamer`` re-decodes its cache on
   every put, so its cost grows with the reply until a newline empties the cache.
+* **setup**: µs per request before its first token, the streamer built and the prompt put
+  (``DetokIteratorStreamer`` opens its stream there), median over interleaved repeats.
 * **characters emitted late**: a character is *completed* by the first token after which
   every longer decode keeps it; it is *late* when a streamer releases it in a later put
   (or only at ``end()``). Mean delay is in tokens.
@@ -146,6 +148,12 @@ def main() -> None:
         for name in makers:
             results[name][f"us_per_put_{label}"] = med[name] / (len(seq) + 2) * 1e6
 
+    # 3. A request's setup: the streamer built and the prompt put (what precedes the first token).
+    setup = interleaved_medians({name: (lambda m=make: m().put(prompt)) for name, make in makers.items()},
+                                repeats=max(args.repeats, 15) * 20, warmup=20)
+    for name in makers:
+        results[name]["setup_us"] = setup[name] * 1e6
+
     base = results["TextIteratorStreamer"]
     rows = []
     for name, r in results.items():
@@ -158,6 +166,8 @@ def main() -> None:
                 f"{r['us_per_put_x8'] / base['us_per_put_x8']:.2f}x",
                 f"{r['late_chars']}/{len(final)}",
                 f"{r['mean_delay_tokens']:.1f}",
+                f"{r['setup_us']:.1f}",
+                f"{r['setup_us'] / base['setup_us']:.2f}x",
             ]
         )
     print(
@@ -168,7 +178,7 @@ def main() -> None:
         table(
             rows,
             ["streamer", f"µs/put ({len(ids)} tok)", f"µs/put ({len(long_steps)} tok)",
-             "ratio", "ratio x8", "late chars", "mean delay (tok)"],
+             "ratio", "ratio x8", "late chars", "mean delay (tok)", "setup µs", "setup ratio"],
         )
     )
 

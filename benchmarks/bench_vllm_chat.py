@@ -26,6 +26,12 @@ median round's nanoseconds per token (and its two halves), and each ratio the me
 per-round ratios to ``stock``. Every configuration's reasoning, content and tool calls
 but the floor's are checked equal to stock's in the warm-up round.
 
+Then a request's setup, ``stock`` against ``detok``: CPU microseconds per request before its
+first token (``setup_per_request``: the parser and ``adjust_request``, the sampling
+parameters, ``add_request`` with its detokenizer, the ``ChatStreamProcessor``, and detok's
+``ChatStream``, which serving builds at the first step and so is also in the per-token
+figure), median of interleaved rounds of ``--requests`` requests.
+
 Run: ``.venv/bin/python benchmarks/bench_vllm_chat.py [--requests 256] [--repeats 3]``
 """
 
@@ -44,6 +50,7 @@ from unittest import mock
 
 from _common import PARAGRAPHS, table, tokenizer_zoo
 from detok_plugin.integrations import vllm as shim
+from detok_plugin.integrations.vllm.chat import DetokChatParser, chat_stream
 from vllm.entrypoints.generate.base.protocol import DeltaMessage
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor
@@ -132,7 +139,7 @@ class Replay:
                     arrival_time=0.0, lora_request=None, cache_salt=None, data_parallel_rank=None,
                 ), None)
                 self.procs[f"r{i}"] = ChatStreamProcessor(request, parser, enable_auto_tools=True, parser_cls=self.parser_cls)
-        longest = max(map(len, outs))
+        longest = max(map(len, outs), default=0)
         self.steps = [
             [EngineCoreOutput(request_id=f"r{i}", new_token_ids=o[s : s + 1],
                               finish_reason=FinishReason.LENGTH if s + 1 == len(o) else None)
@@ -186,6 +193,39 @@ class _switch:
         shim.unregister()
 
 
+def setup_per_request(tok: Any, names: list[str], requests: int, repeats: int) -> dict[str, float]:
+    """CPU microseconds per request before its first token, each configuration's, medians
+    of interleaved rounds: the parser built and ``adjust_request`` (as ``OnlineRenderer``
+    does), the sampling parameters, ``OutputProcessor.add_request`` (the detokenizer's
+    construction), the ``ChatStreamProcessor``, and the parser's per-request state that
+    its first step builds (detok: the request's ``ChatStream``; stock parsers build none)."""
+    prompt = list(tok.encode(PROMPT, add_special_tokens=False))
+    samples: dict[str, list[float]] = {k: [] for k in names}
+    for rep in range(repeats + 1):
+        for k in names[rep % len(names) :] + names[: rep % len(names)]:
+            replay = Replay(tok, k, [])
+            with _switch(replay.plugin), _variant(k):
+                gc.collect()
+                t0 = time.process_time_ns()
+                for i in range(requests):
+                    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
+                                                    tools=TOOLS, stop=STOPS, stream=True)
+                    parser = replay.parser_cls(tok, request.tools)
+                    request = parser.adjust_request(request)
+                    replay.op.add_request(EngineCoreRequest(
+                        request_id=f"s{i}", external_req_id=f"s{i}", prompt_token_ids=prompt, mm_features=None,
+                        sampling_params=request.to_sampling_params(10_000, {}), pooling_params=None,
+                        arrival_time=0.0, lora_request=None, cache_salt=None, data_parallel_rank=None,
+                    ), None)
+                    ChatStreamProcessor(request, parser, enable_auto_tools=True, parser_cls=replay.parser_cls)
+                    if isinstance(parser, DetokChatParser):  # what its first step builds
+                        chat_stream(parser, request, prompt, streaming=True)
+                spent = time.process_time_ns() - t0
+            if rep:
+                samples[k].append(spent / requests / 1e3)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--requests", type=int, default=256)
@@ -233,6 +273,9 @@ def main() -> None:
     ratios = [sum(d) / sum(s) for s, d in zip(times["stock"], times["detok"])]
     each = ", ".join(f"{r:.2f}" for r in ratios)
     print(f"detok / stock: {statistics.median(ratios):.2f}x (target <= 0.5x; per repeat {each})")
+    setup = setup_per_request(tok, ["stock", "detok"], min(args.requests, 256), max(args.repeats, 5))
+    print(f"setup per request (before its first token), CPU us: stock {setup['stock']:.1f}, "
+          f"detok {setup['detok']:.1f} ({setup['detok'] / setup['stock']:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,9 @@ four alike. A replay's figure is the mean over its steps; the table shows the me
 replay. The plugin is switched on through its real entry point (``DETOK_PLUGIN=1`` and
 ``register()``) while its processor's requests are added, and off again with ``unregister()``.
 
+Last, a request's setup (``setup_replay``): ``OutputProcessor.add_request`` per request, stock
+against the plugin (the floor beside them), in CPU time, the modes taking turns.
+
 Run: ``.venv/bin/python benchmarks/bench_vllm_output_processor.py [--repeats 5] [--quick]``
 """
 
@@ -213,6 +216,23 @@ def isolated_replay(tok, work, *, stops: str) -> dict[str, float]:
     return {mode: total / (steps * len(work)) for mode, total in totals.items()}
 
 
+def setup_replay(tok, work, *, stops: str) -> dict[str, float]:
+    """CPU µs per request of ``OutputProcessor.add_request`` (the request's detokenizer
+    built from its prompt, and vLLM's own state around it) for each of ``MODES``, the
+    requests built untimed; the modes take turns, each adding every request of ``work``."""
+    spent = {}
+    for mode in MODES:
+        reqs = requests(work, stops=stops)
+        with _switched(tok, mode):
+            op = OutputProcessor(tok, log_stats=False)
+            gc.collect()
+            t0 = time.process_time_ns()
+            for request in reqs:
+                op.add_request(request, None)
+            spent[mode] = (time.process_time_ns() - t0) / len(reqs) / 1e3
+    return spent
+
+
 class _switched:
     """While one run's requests are added: the plugin on (through its entry point), vLLM
     stock, or one of the two references (see the module docstring)."""
@@ -318,6 +338,19 @@ def main() -> None:
         "ns per request-step above vLLM's base detokenizer"
     )
     print(table(iso_rows, ["stops", "requests", "stock ns", "plugin ns", "bare ns", "plugin/stock"]))
+    setup_rows = []
+    for stops in STOP_MODES:
+        work = workload(tok, args.isolated_requests, args.steps, args.prompt_len)
+        forget(tok)
+        setup_replay(tok, work, stops=stops)  # warm-up (the stop automata are built once, then cached)
+        got = [setup_replay(tok, work, stops=stops) for _ in range(max(args.repeats, 5))]
+        med = {m: statistics.median(g[m] for g in got) for m in MODES}
+        setup_rows.append((LABELS[stops], args.isolated_requests, f"{med['stock']:.1f}", f"{med['plugin']:.1f}",
+                           f"{med['floor']:.1f}", f"{statistics.median(g['plugin'] / g['stock'] for g in got):.2f}x"))
+    print()
+    print(f"A request's setup: OutputProcessor.add_request (its detokenizer from a {args.prompt_len}-id prompt), "
+          "CPU µs per request, median of interleaved rounds")
+    print(table(setup_rows, ["stops", "requests", "stock µs", "plugin µs", "floor µs", "plugin/stock"]))
 
 
 if __name__ == "__main__":
