@@ -160,6 +160,8 @@ def _scheduler_problems(s: Seams) -> list[str]:
     update = getattr(req, "update_finish_state", None)
     if update is None or "_check_str_based_finish" not in _names(update):
         problems.append("Req.update_finish_state no longer calls _check_str_based_finish")
+    if not getattr(req, "__dictoffset__", 0):  # the shim binds each request's own checks on it
+        problems.append("Req instances have no __dict__ (__slots__)")
     for name in ("output_ids", "origin_input_ids_unpadded", "tokenizer", "sampling_params", "finished_reason"):
         if name not in _names(req.__init__):
             problems.append(f"Req has no {name}")
