@@ -175,7 +175,9 @@ class Replay:
         for rid, deltas in self.seen.items():
             ds = [d for d in deltas if d is not None]
             args = "".join(tc.function.arguments or "" for d in ds for tc in d.tool_calls if tc.function)
-            out[rid] = ("".join(d.reasoning or "" for d in ds), "".join(d.content or "" for d in ds).strip(), args)
+            # Whitespace at a segment's edges is markup to the chat layer (detok_plugin._edges):
+            # compared without it.
+            out[rid] = ("".join(d.reasoning or "" for d in ds).strip(), "".join(d.content or "" for d in ds).strip(), args)
         return out
 
 
