@@ -151,7 +151,7 @@ class ChatWant(NamedTuple):
     irregular: bool  # a body was malformed (sent as content) or cut (dropped)
 
 
-def _chat_want(tags: TagSet, items: list[Item]) -> ChatWant:
+def _chat_want(tags: TagSet, items: list[Item], edges: bool) -> ChatWant:
     """Content, reasoning and the calls a chat reply's parts make, by the chat layer's rules
     (``detok_plugin._chat``'s module docstring):
 
@@ -161,35 +161,40 @@ def _chat_want(tags: TagSet, items: list[Item]) -> ChatWant:
        blank (then it is nothing);
     2. a body the reply ended inside is dropped; the calls finished before the cut stay
        (``ToolFormat.call_close``);
-    3. whitespace between and after bodies (whatever became of them) is markup: content
-       after a body that is blank up to the next body or the end is dropped; content that
-       is not blank takes the blanks before it along."""
+    3. with ``edges`` (live tags): whitespace at the edges of a content or reasoning segment
+       is markup (``detok_plugin._edges``). Reasoning (its open tag, empty or not) ends a
+       content segment; a body does not: a call goes out of band and the content on both
+       sides of it is one segment, and a body sent as content is text of it."""
     fmt = families.tool_format(tags.tool_format)
     content, reasoning, calls = [], [], []  # type: list[str], list[str], list[tuple[str, str]]
-    irregular, blanks = False, None  # type: bool, list[str] | None
+    segment: list[str] = []  # the content segment so far
+    irregular = False
+
+    def edge(text: str) -> str:
+        return text.strip() if edges else text
+
+    def end_segment() -> None:
+        content.append(edge("".join(segment)))
+        segment.clear()
+
     for item in items:
-        if item.kind == "reasoning":
-            reasoning.append(item.text)
-        elif item.kind == "content" and blanks is None:
-            content.append(item.text)
-        elif item.kind == "content":
-            blanks.append(item.text)
-            if not "".join(blanks).isspace():
-                content += blanks
-                blanks = None
+        if item.kind == "content":
+            segment.append(item.text)
+        elif item.kind == "reasoning":
+            end_segment()
+            reasoning.append(edge(item.text))
+        elif not item.closed and tags.tool_close is not None:
+            calls += _finished_before_cut(fmt, item.text)
+            irregular = True
         else:
-            blanks = []  # blanks before a body: dropped
-            if not item.closed and tags.tool_close is not None:
-                calls += _finished_before_cut(fmt, item.text)
-                irregular = True
-                continue
             try:
                 calls += fmt.parse(item.text.strip(), None)
             except (ValueError, TypeError):
                 irregular = True
-                if item.text.strip():  # a blank body is no call and no content
+                if item.text.strip():  # sent as content, raw; a blank body is nothing
                     opener = "" if item.bare else tags.tool_open or ""
-                    content.append(opener + item.text + (tags.tool_close or ""))
+                    segment.append(opener + item.text + (tags.tool_close or ""))
+    end_segment()
     return ChatWant("".join(content), "".join(reasoning), calls, irregular)
 
 
@@ -209,7 +214,8 @@ def chat(c: Case, t: Tok) -> list[str]:
     want = reference(o, opts, rules, c.skip)
     kept = len(want.stop_reason) if c.include and isinstance(want.stop_reason, str) else 0
     before, stop = want.text[: len(want.text) - kept], want.text[len(want.text) - kept :]
-    content, reasoning, calls, irregular = _chat_want(tags, channels(before, rules, events_of(o, rules, want.taken, c.skip), stop))
+    edges = live is not None  # the chat layer's segment edges, where tags are live
+    content, reasoning, calls, irregular = _chat_want(tags, channels(before, rules, events_of(o, rules, want.taken, c.skip), stop), edges)
     stream_arguments = bool(c.extra & 1)  # names and arguments as they form, else each call whole
     ids = itertools.count()
     cs = ChatStream(
@@ -235,8 +241,8 @@ def chat(c: Case, t: Tok) -> list[str]:
         if not cs.state.finished:  # nothing held but a partial match (checked while no tool body came)
             taken = len(cs.state.token_ids)
             items = channels(released(o, taken, opts, rules, c.skip), rules, events_of(o, rules, taken, c.skip))
-            if all(item.kind != "body" for item in items):
-                exp = ("".join(i.text for i in items if i.kind == "content"), "".join(i.text for i in items if i.kind == "reasoning"))
+            if all(item.kind != "body" for item in items):  # a segment's trailing whitespace is held
+                exp = _chat_want(tags, items, edges)[:2]
                 check.eq(f"released after {taken} ids", (got_content, got_reasoning), exp)
     check.eq("content", got_content, content)
     check.eq("reasoning", got_reasoning, reasoning)

@@ -159,7 +159,8 @@ def live(rules: Rules | None, mode: int, stops: Sequence[str]) -> tuple[list[tup
         return pats, True
     if mode == REASONING:
         on = rules.stop_in_reasoning
-        return [("stop", s) for s in stops] * on + [("r_close", t.reasoning_close)], on
+        call = [("t_open", t.tool_open)] if t.tool_ends_reasoning and t.tool_open else []  # a call ends it
+        return [("stop", s) for s in stops] * on + [("r_close", t.reasoning_close)] + call, on
     return ([("t_close", t.tool_close)] if t.tool_close else []), False
 
 
@@ -172,7 +173,7 @@ class Seg(NamedTuple):
     end: int  # the text of this mode: text[start:end]
     tag: str | None  # what ended it: a tag kind ("" for the end of the text)
     tag_end: int  # where that tag ends (a stop may end up to there)
-    rest: int = 0  # where the last pattern search in it began (past a tag that stayed text)
+    rest: int = 0  # where its automaton last started again (past a close tag that stayed text)
     inserts: tuple[tuple[int, str], ...] = ()  # a body's text the decode drops, by position
 
 
@@ -209,7 +210,8 @@ def _first_tag(text: str, rules: Rules, mode: int, scan: int, limit: int) -> tup
 def segments(text: str, rules: Rules | None, events: Sequence[tuple[int, str]]) -> list[Seg]:
     """``text`` split into modes: at the first-ending tag live in each mode (ties: list
     order), and at ``events`` (``(position, kind)``: a skipped tag id), which release what is
-    held and switch mode as ``Router._id_tag`` does. A tag that stays text leaves the mode
+    held and switch mode as ``Router._id_tag`` does where the tag is live in the mode (and
+    are nothing elsewhere). A tag that stays text leaves the mode
     as it is, and the search goes on past it:
 
     * a tool close tag where the body so far ends inside a value (the format's
@@ -223,37 +225,37 @@ def segments(text: str, rules: Rules | None, events: Sequence[tuple[int, str]]) 
     t = rules.tags
     body = _Body(families.tool_format(t.tool_format), rules.keeps_id_close)
     segs: list[Seg] = []
-    pos, scan, mode, ev = 0, 0, rules.start, list(events)
+    pos, scan, rest, mode, ev = 0, 0, 0, rules.start, list(events)
     at_start = bool(t.tool_bare and t.bare_at_start)
     inserts: list[tuple[int, str]] = []
     while True:
         limit = ev[0][0] if ev else len(text)
         hit = _first_tag(text, rules, mode, scan, limit)
         if hit is None and not ev:
-            segs.append(Seg(mode, pos, len(text), None, len(text), scan, tuple(inserts)))
+            segs.append(Seg(mode, pos, len(text), None, len(text), rest, tuple(inserts)))
             return segs
         if hit is None:
             at, kind = ev.pop(0)
             end = at
-            if mode != CONTENT and kind == "t_open":  # ignored: no release, no switch
+            if all(k != kind for k, _ in live(rules, mode, ())[0]):  # where its text is text: nothing
                 continue
             if kind == "t_close" and mode == TOOL and body.is_text(text, pos, at, inserts):
                 if body.keeps_id_close:
                     inserts.append((at, t.tool_close))
-                scan = at
+                scan = rest = at
                 continue
         else:
             at, end, kind = hit
             if kind == "t_close" and body.is_text(text, pos, at, inserts):
-                scan = end
+                scan = rest = end
                 continue
             if kind == "t_bare" and t.bare_at_start and not (at_start and not text[pos:at].strip()):
-                scan = end
+                scan = end  # text, to the stops too: the automaton goes on over it
                 continue
         if (mode == CONTENT and text[pos:at].strip()) or kind in ("t_open", "t_bare"):
             at_start = False
-        segs.append(Seg(mode, pos, at, kind, end, scan, tuple(inserts)))
-        pos = scan = at if kind == "t_bare" else end
+        segs.append(Seg(mode, pos, at, kind, end, rest, tuple(inserts)))
+        pos = scan = rest = at if kind == "t_bare" else end
         mode, inserts = _NEXT[kind], []
 
 
@@ -328,7 +330,7 @@ def released(o: Oracle, k: int, opts: Opts, rules: Rules | None, skip: bool) -> 
     last = segments(text, rules, events_of(o, rules, k, skip))[-1]
     pats, _ = live(rules, last.mode, opts.stops)
     held = [p for kind, p in pats if not (kind == "stop" and opts.include)]
-    tail = text[last.rest :]  # the automaton starts again past a tag that stayed text
+    tail = text[last.rest :]  # the automaton starts again past a close tag that stayed text
     hold = max((j for p in held for j in range(1, min(len(p) - 1, len(tail)) + 1) if tail.endswith(p[:j])), default=0)
     return text[: len(text) - hold]
 
@@ -347,8 +349,8 @@ class Item(NamedTuple):
 def channels(text: str, rules: Rules, events: Sequence[tuple[int, str]], kept: str = "") -> list[Item]:
     """``text`` (cut before the stop) and then ``kept`` (the stop string, where the output
     keeps it: no tag ending with it counts) as ``reasoning="separate"``, ``tools="separate"``
-    split them, in order, one :class:`Item` per mode's text (none for empty content or
-    reasoning)."""
+    split them, in order, one :class:`Item` per mode's text (none for empty content; an
+    empty reasoning too: its tags still end a content segment)."""
     items: list[Item] = []
     segs = segments(text, rules, events)
     last = segs[-1]
@@ -358,6 +360,6 @@ def channels(text: str, rules: Rules, events: Sequence[tuple[int, str]], kept: s
         if seg.mode == TOOL:  # ended by its close tag, or by the end of the text
             bare = n > 0 and segs[n - 1].tag == "t_bare"
             items.append(Item("body", body_text(text, seg.start, seg.end, seg.inserts), seg.tag == "t_close", bare))
-        elif seg.end > seg.start:
+        elif seg.end > seg.start or seg.mode == REASONING:
             items.append(Item("content" if seg.mode == CONTENT else "reasoning", text[seg.start : seg.end]))
     return items
