@@ -85,7 +85,7 @@ class Boundary:
         def _switch(self, pattern: Pattern, out: Out) -> None: ...
         def _unskip(self, text: str) -> str: ...
         def _settle(self, text: str, out: Out) -> None: ...
-        def _bare_opens(self) -> bool: ...
+        def _bare_opens(self, lead: str = "") -> bool: ...
 
     # --- the shortcut's boundary (DetokenizerState.push_text) --------------------------
 
@@ -205,7 +205,7 @@ class Boundary:
                     text = text[end:]
                     continue
                 pattern = tag
-            elif pattern.kind == "t_bare" and not self._bare_opens():
+            elif pattern.kind == "t_bare" and not self._bare_opens((self._pending + text[:end])[: -len(pattern.text)]):
                 # A bare opener that opens no body is text, to the stops too: one that
                 # begins with it or spans it must still match, so scan on from its node.
                 self._emit(self._advance(node, text[:end]), out)

@@ -150,10 +150,10 @@ class Router:
             self._open_tool(bare=True)
         self._emit(pattern.text, out)
 
-    def _bare_opens(self) -> bool:
+    def _bare_opens(self, lead: str = "") -> bool:
         """A bare opener opens a body here: unless the tag set allows it only at the start
-        of the reply and text came before."""
-        return self._at_start or not self._cfg.tags.bare_at_start  # type: ignore[union-attr]
+        of the reply and text came before (``lead``: the text before it not sent yet)."""
+        return not self._cfg.tags.bare_at_start or (self._at_start and not lead.strip())  # type: ignore[union-attr]
 
     def _marker_is_text(self) -> bool:
         """The one boundary rule for markers in a tool body: the format's

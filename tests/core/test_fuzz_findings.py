@@ -150,3 +150,14 @@ def test_a_skipped_tool_close_id_where_no_body_is_open_is_nothing(ids):
     got = {k: "".join(f.get(k, "") for f in fields if f) for k in ("content", "reasoning")}
     want = {"content": "twice}\\n\\nend", "reasoning": ""} if ids[0] == 0 else {"content": "end", "reasoning": "hmtwice}"}
     assert got == want and not any(f and f.get("tool_calls") for f in fields)
+
+
+def test_a_bare_opener_after_held_text_stays_text_to_the_stop_strings():
+    """The same where the text before the opener is still held (the start of a stop): it is
+    text of the reply all the same, so the opener opens no body and the stop goes on
+    matching (fuzz seed 32206, Llama 3's tags, stop ``な{"nam``: the stream sent ``な{"``
+    and went on)."""
+    t = _table("な", '{"', "name", " more")
+    s = DetokenizerState.from_tokenizer(t, tags="llama3", stop=['な{"nam'], eos_token_ids=())
+    got = [s.push(i) for i in range(3)]
+    assert "".join(d.text for d in got) == "" and (s.finish_reason, s.stop_reason) == ("stop", 'な{"nam')
