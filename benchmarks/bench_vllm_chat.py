@@ -129,16 +129,7 @@ class Replay:
             self.procs: dict[str, ChatStreamProcessor] = {}
             prompt = list(tok.encode(PROMPT, add_special_tokens=False))
             for i in range(len(outs)):
-                request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
-                                                tools=TOOLS, stop=STOPS, stream=True)
-                parser = self.parser_cls(tok, request.tools)
-                request = parser.adjust_request(request)
-                self.op.add_request(EngineCoreRequest(
-                    request_id=f"r{i}", external_req_id=f"r{i}", prompt_token_ids=prompt, mm_features=None,
-                    sampling_params=request.to_sampling_params(10_000, {}), pooling_params=None,
-                    arrival_time=0.0, lora_request=None, cache_salt=None, data_parallel_rank=None,
-                ), None)
-                self.procs[f"r{i}"] = ChatStreamProcessor(request, parser, enable_auto_tools=True, parser_cls=self.parser_cls)
+                self.procs[f"r{i}"] = self.add(f"r{i}", prompt)[2]
         longest = max(map(len, outs), default=0)
         self.steps = [
             [EngineCoreOutput(request_id=f"r{i}", new_token_ids=o[s : s + 1],
@@ -147,6 +138,19 @@ class Replay:
             for s in range(longest)
         ]
         self.seen: dict[str, list[Any]] = {rid: [] for rid in self.procs}
+
+    def add(self, rid: str, prompt: list[int]) -> tuple[Any, Any, Any]:
+        """One chat request as vLLM's server starts it: the parser built, the request it
+        adjusted, the request in the OutputProcessor, its ChatStreamProcessor."""
+        request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS, stop=STOPS, stream=True)
+        parser = self.parser_cls(self.tok, request.tools)
+        request = parser.adjust_request(request)
+        self.op.add_request(EngineCoreRequest(
+            request_id=rid, external_req_id=rid, prompt_token_ids=prompt, mm_features=None,
+            sampling_params=request.to_sampling_params(10_000, {}), pooling_params=None,
+            arrival_time=0.0, lora_request=None, cache_salt=None, data_parallel_rank=None,
+        ), None)  # fmt: skip
+        return request, parser, ChatStreamProcessor(request, parser, enable_auto_tools=True, parser_cls=self.parser_cls)
 
     def run(self, lo: int, hi: int, keep: bool) -> tuple[int, int]:
         """Engine steps ``lo`` to ``hi``, timed: CPU nanoseconds in the detokenizer and in
@@ -210,16 +214,7 @@ def setup_per_request(tok: Any, names: list[str], requests: int, repeats: int) -
                 gc.collect()
                 t0 = time.process_time_ns()
                 for i in range(requests):
-                    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "hi"}],
-                                                    tools=TOOLS, stop=STOPS, stream=True)
-                    parser = replay.parser_cls(tok, request.tools)
-                    request = parser.adjust_request(request)
-                    replay.op.add_request(EngineCoreRequest(
-                        request_id=f"s{i}", external_req_id=f"s{i}", prompt_token_ids=prompt, mm_features=None,
-                        sampling_params=request.to_sampling_params(10_000, {}), pooling_params=None,
-                        arrival_time=0.0, lora_request=None, cache_salt=None, data_parallel_rank=None,
-                    ), None)
-                    ChatStreamProcessor(request, parser, enable_auto_tools=True, parser_cls=replay.parser_cls)
+                    request, parser, _ = replay.add(f"s{i}", prompt)
                     if isinstance(parser, DetokChatParser):  # what its first step builds
                         chat_stream(parser, request, prompt, streaming=True)
                 spent = time.process_time_ns() - t0
