@@ -25,6 +25,7 @@ import logging
 from typing import Any
 
 from detok_plugin import TagSet
+from detok_plugin.families import mistral
 
 from ..common.patches import PATCHES
 from . import _framework
@@ -62,6 +63,9 @@ class DetokReasoningParser(_Thinking):  # type: ignore[misc]
 
     def __init__(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
         vocab = tokenizer.get_vocab() if tokenizer is not None else {}
+        if self.start_token == mistral.THINK[0] and tokenizer is not None:
+            # Magistral: the tokenizer says which tags, as the chat parser reads them.
+            self.start_token, self.end_token = mistral.reasoning_tags(vocab)
         if tokenizer is None or (self.start_token in vocab and self.end_token in vocab):
             super().__init__(tokenizer, *args, **kwargs)  # vLLM's own, unchanged
             return

@@ -485,3 +485,18 @@ def test_v11_reasoning_is_vllms_own_text_mode_split() -> None:
     seen = chat_on(tok, MAGISTRAL, out)
     assert (seen.joined("reasoning"), seen.joined("content")) == (stock_reasoning, stock_content)
     assert seen.joined("reasoning") and "<think>" not in seen.joined("content")
+
+
+@pytest.mark.parametrize("version", sorted(TEKKEN))
+def test_magistrals_reasoning_half_names_the_tags_its_tokenizer_has(version: str) -> None:
+    """The reasoning half of ``detok_magistral`` (what vLLM's structured-output gate asks)
+    names the tags the chat parser reads: ``<think>``/``</think>`` on Tekken v11, where
+    ``[THINK]`` is no token, and ``[THINK]``/``[/THINK]`` with their ids on v13."""
+    from detok_plugin import TagSet
+    from detok_plugin.families import mistral
+
+    tok = tekken(version)
+    half = chat_registry.parser_class(TagSet.preset("magistral"), True, True).reasoning_parser_cls(tok)
+    assert (half.start_token, half.end_token) == mistral.reasoning_tags(tok.get_vocab())
+    assert (half.start_token == "[THINK]") == (version == "v13")
+    assert (half.end_token_id is not None) == (version == "v13")
