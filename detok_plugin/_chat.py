@@ -248,9 +248,9 @@ class ChatStream:
             index = self.state._rest_tool_text(text)
             self._body_text(index, text, parts)
         elif channel == CONTENT:
-            self._content(text, parts)
+            self._text(CONTENT, text, parts.content)
         else:
-            self._reasoning(text, parts)
+            self._text(REASONING, text, parts.reasoning)
         return True
 
     def _caught_up(self) -> None:
@@ -299,9 +299,9 @@ class ChatStream:
         (one delta does not say where its text stood)."""
         text_last = before == TOOL
         if delta.reasoning:
-            self._reasoning(delta.reasoning, parts)
+            self._text(REASONING, delta.reasoning, parts.reasoning)
         if delta.text and not text_last:
-            self._content(delta.text, parts)
+            self._text(CONTENT, delta.text, parts.content)
         closed = False
         for call in delta.tool_calls:
             if call.complete:
@@ -314,7 +314,7 @@ class ChatStream:
         if closed:
             self.body_open = False
         if delta.text and text_last:
-            self._content(delta.text, parts)
+            self._text(CONTENT, delta.text, parts.content)
         if self._edges is not None:
             self._segments(self.state._mode)
 
@@ -329,21 +329,14 @@ class ChatStream:
         else:
             reasoning.end()
 
-    def _content(self, text: str, parts: ChatParts) -> None:
-        """Content text, less its segment's edges (``_edges``) where tags are live."""
+    def _text(self, channel: int, text: str, into: list[str]) -> None:
+        """Content or reasoning text (``channel``), less its segment's edges (``_edges``)
+        where tags are live, onto that channel's pieces."""
         if self._edges is not None:
-            text = self._edges[CONTENT].take(text)
+            text = self._edges[channel].take(text)
             if not text:
                 return
-        parts.content.append(text)
-
-    def _reasoning(self, text: str, parts: ChatParts) -> None:
-        """Reasoning text, less its segment's edges (``_edges``)."""
-        if self._edges is not None:
-            text = self._edges[REASONING].take(text)
-            if not text:
-                return
-        parts.reasoning.append(text)
+        into.append(text)
 
     def _body_text(self, index: int, text: str, parts: ChatParts) -> None:
         if not self.body_open:
