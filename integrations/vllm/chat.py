@@ -43,7 +43,7 @@ from .xargs import tag_xargs
 
 __all__ = [
     "STREAM_ARGUMENTS_KEY", "DetokChatParser", "DetokHarmonyParser", "DetokToolParser", "chat_stream", "new_delta",
-    "request_tags", "streams_arguments",
+    "request_tags", "streams_arguments", "tokenizer_reasoning_tags",
 ]
 
 #: The ``vllm_xargs`` key by which a request asks for tool-call arguments as they form.
@@ -158,6 +158,15 @@ def _tool_dicts(request: Any) -> list[dict[str, Any]] | None:
 # --- the unified parser -------------------------------------------------------------
 
 
+def tokenizer_reasoning_tags(tokenizer: Any, open_tag: str | None, close_tag: str | None) -> tuple[str | None, str | None]:
+    """The reasoning tags a parser over ``open_tag``/``close_tag`` reads on ``tokenizer``:
+    Magistral's are the ones its tokenizer has (``<think>`` as text on Tekken v11, as vLLM's
+    own mistral parser reads it: ``mistral.reasoning_tags``); any other preset's as given."""
+    if open_tag == mistral.THINK[0] and tokenizer is not None:
+        return mistral.reasoning_tags(tokenizer.get_vocab())
+    return open_tag, close_tag
+
+
 class DetokChatParser(_Parser):  # type: ignore[misc]
     """One request's reasoning, content and tool-call deltas from the core's channels.
 
@@ -172,9 +181,8 @@ class DetokChatParser(_Parser):  # type: ignore[misc]
 
     def __init__(self, tokenizer: Any, tools: Any = None, *args: Any, model_config: Any = None, **kwargs: Any) -> None:
         super().__init__(tokenizer, tools, *args, model_config=model_config, **kwargs)
-        if self.tags.reasoning_open == mistral.THINK[0] and tokenizer is not None:
-            # Magistral: the tokenizer says which tags (<think> as text on Tekken v11), as vLLM's parser reads it.
-            think, end = mistral.reasoning_tags(tokenizer.get_vocab())
+        think, end = tokenizer_reasoning_tags(tokenizer, self.tags.reasoning_open, self.tags.reasoning_close)
+        if think != self.tags.reasoning_open:
             self.tags = dataclasses.replace(self.tags, reasoning_open=think, reasoning_close=end)
         self.engine_stop_ids = generation_stop_ids(model_config)
         self._prompt: list[int] | None = None

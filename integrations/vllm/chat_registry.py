@@ -29,7 +29,7 @@ from detok_plugin.families import mistral
 
 from ..common.patches import PATCHES
 from . import _framework
-from .chat import DetokChatParser, DetokHarmonyParser, DetokToolParser
+from .chat import DetokChatParser, DetokHarmonyParser, DetokToolParser, tokenizer_reasoning_tags
 from .parser_names import HARMONY, PREFIX, detok_names, pair_problem
 
 __all__ = [
@@ -63,9 +63,8 @@ class DetokReasoningParser(_Thinking):  # type: ignore[misc]
 
     def __init__(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
         vocab = tokenizer.get_vocab() if tokenizer is not None else {}
-        if self.start_token == mistral.THINK[0] and tokenizer is not None:
-            # Magistral: the tokenizer says which tags, as the chat parser reads them.
-            self.start_token, self.end_token = mistral.reasoning_tags(vocab)
+        if self.start_token == mistral.THINK[0]:  # Magistral: the tags the chat parser reads
+            self.start_token, self.end_token = tokenizer_reasoning_tags(tokenizer, self.start_token, self.end_token)  # type: ignore[assignment]
         if tokenizer is None or (self.start_token in vocab and self.end_token in vocab):
             super().__init__(tokenizer, *args, **kwargs)  # vLLM's own, unchanged
             return
