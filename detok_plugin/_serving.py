@@ -24,7 +24,12 @@ four byte-level tokens, or four SentencePiece byte pieces).
 
 Every other id goes to the reference, after which the stream reads whether it is at rest
 again. The reference's decoder and boundary are the only state: this class keeps none of
-its own beyond the shared tables, so it never has to be brought back in step. Nothing is
+its own beyond the shared tables, so it never has to be brought back in step. The reference
+is built when an id first needs it (on the generic path, or with a prompt's held tail to
+skip, at once): until then every id took a shortcut, after which the reference would have
+changed nothing but the decoder and the list of ids, which it is then given. A request
+whose ids all leave at rest (no stop, or none of its first characters, no split character
+that a stop could complete) never builds it, and ``finish`` with nothing held needs none. Nothing is
 learnt: a request with a stop set never seen before costs what one seen a thousand times
 costs. There is no protocol to follow: the verbs are ``push_text``, ``push`` and
 ``finish``, as on the reference, and ``follow`` for a scheduler that only watches for stops
@@ -44,11 +49,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ._decoders import StreamDecoder
-from ._delta import Delta, FinishReason
+from ._delta import CONTENT, ENDED_EMPTY, Delta, FinishReason
 from ._errors import TokenIdError, TokenTypeError
-from ._opening import as_id
-from ._state import DetokenizerState
-from ._tables import build_table, learn_rest_text
+from ._opening import Opened, as_id, open_decoder
+from ._options import StreamConfig, stream_config
+from ._state import DetokenizerState, _check_limits
+from ._tables import learn_rest_text
 
 __all__ = ["ServingStream"]
 
@@ -89,6 +95,8 @@ class ServingStream:
         "_vocab",
         "_size",
         "_state",
+        "_opening",
+        "_ended",
         "_known",
         "_quick",
         "_first",
@@ -112,7 +120,9 @@ class ServingStream:
     _limit: int
     _stop_ids: frozenset[int]
     _unbounded: bool  # no stop ids, no max_tokens: an id at rest never ends the stream
-    _state: DetokenizerState
+    _state: DetokenizerState | None  # the reference, built when an id first needs it
+    _opening: tuple[Opened, StreamConfig, str | None, bool, tuple[int, int | None]]  # what builds it
+    _ended: bool
     _on_unknown: Callable[[TokenIdError], None] | None
 
     @classmethod
@@ -134,48 +144,67 @@ class ServingStream:
     ) -> ServingStream:
         """Start a stream; the options mean what they mean on
         :meth:`DetokenizerState.from_tokenizer`."""
-        state = DetokenizerState.from_tokenizer(
-            tokenizer,
-            prompt_ids=prompt_ids,
-            skip_special_tokens=skip_special_tokens,
-            spaces_between_special_tokens=spaces_between_special_tokens,
-            stop=stop,
-            stop_token_ids=stop_token_ids,
-            eos_token_ids=eos_token_ids,
-            include_stop_str_in_output=include_stop_str_in_output,
-            min_tokens=min_tokens,
-            max_tokens=max_tokens,
-            request_id=request_id,
-            keep_log=False,
+        _check_limits(min_tokens, max_tokens)
+        opened = open_decoder(tokenizer, prompt_ids, skip_special_tokens, spaces_between_special_tokens, request_id)
+        eos = frozenset(opened.eos_token_ids if eos_token_ids is None else eos_token_ids)
+        cfg = stream_config(
+            (stop,) if isinstance(stop, str) else tuple(stop or ()),
+            frozenset(stop_token_ids or ()) | eos,
+            eos,
+            include_stop_str_in_output,
+            None,
+            "separate",
+            False,
         )
         self = cls.__new__(cls)
-        self._state = state
-        self.token_ids = state.token_ids  # one list: the reference counts it
+        self._opening = (opened, cfg, request_id, skip_special_tokens, (min_tokens, max_tokens))
+        self._state = None
+        self.token_ids = []
         self._limit = sys.maxsize if max_tokens is None else max_tokens - 1
-        self._stop_ids = state._stop_ids  # noqa: SLF001 (the two layers are one package)
+        self._stop_ids = cfg.stop_ids
         self._unbounded = not self._stop_ids and max_tokens is None
         self._on_unknown = on_unknown_id
+        self._ended = False  # finish() was called before the reference was built
         self.finish_reason = None
         self.stop_reason = None
+        self.held = ""
         # The texts ids leave with at rest: quick texts with no first character of a stop,
         # learnt per id and shared (TokenTable.rest_texts); None on the generic path.
-        table = build_table(tokenizer)[0]
-        first = state._first  # noqa: SLF001
-        self._first = first
+        table = opened.table
+        content = cfg.matchers[CONTENT]
+        self._first = content.find_first if content is not None else None
         self._quick = ()
         self._known = None
         if table is not None:
             self._quick = table.quick_texts(skip_special_tokens)
-            pattern = first.__self__.pattern if first is not None else None  # type: ignore[attr-defined]
-            self._known = table.rest_texts(skip_special_tokens, pattern)
-        self._dec = state._dec  # noqa: SLF001
-        # What the decoder holds may complete a stop (state._held_may_stop): with stops, a
-        # SentencePiece run, whose characters show before it closes, or a stop with U+FFFD.
-        self._runs = state._held_may_stop  # noqa: SLF001
-        self._vocab = state._vocab  # noqa: SLF001
-        self._size = state._size  # noqa: SLF001
-        self._caught_up()
+            self._known = table.rest_texts(skip_special_tokens, content.first.pattern if content is not None else None)
+        self._dec = opened.decoder
+        # What the decoder holds may complete a stop (DetokenizerState._held_may_stop): with
+        # stops, a SentencePiece run, whose characters show before it closes, or a stop with
+        # U+FFFD.
+        self._runs = cfg.has_stops[CONTENT] and (cfg.fffd_stops or not opened.decoder.held_is_replacement)
+        self._vocab = opened.vocab
+        self._size = opened.size
+        if table is None or opened.skip_chars:
+            self._caught_up()  # the generic path, or a prompt's held tail to skip: the reference now
+        else:
+            self._at_rest()
         return self
+
+    def _reference(self) -> DetokenizerState:
+        """The reference, built the first time an id needs it. Until then the stream was at
+        rest after every id (the shortcuts took them all), where the reference would have
+        changed nothing but its decoder (this one, shared) and its list of ids (this one,
+        shared): so it is built as it would have started, on both."""
+        state = self._state
+        if state is None:
+            opened, cfg, request_id, skip, limits = self._opening
+            state = DetokenizerState._from_opened(opened, cfg, request_id, False, skip, limits)  # noqa: SLF001
+            state.token_ids = self.token_ids  # one list: the reference counts it
+            self._state = state
+            if self._ended:
+                state.finish()  # ended at rest: it releases nothing
+        return state
 
     def push_text(self, token_id: int) -> str:
         """Add one id; return the content it released (``""`` if none)."""
@@ -198,7 +227,7 @@ class ServingStream:
                 if (text and self._first is not None and self._first(text) is not None) or (self._runs and self._held_shows()):
                     # A stop may start in it, or complete in what the decoder holds: the
                     # reference's boundary decides, as its push_text would.
-                    text = self._state._text_boundary(text)  # noqa: SLF001 (one package)
+                    text = self._reference()._text_boundary(text)  # noqa: SLF001 (one package)
                     self._caught_up()
                 else:
                     self._rest = self._known if dec.idle else None
@@ -238,7 +267,7 @@ class ServingStream:
     def _by_reference(self, token_id: int) -> str:
         """Any id neither shortcut takes: the reference's ``push_text``, then whether it
         is at rest again."""
-        state = self._state
+        state = self._reference()
         try:
             text = state.push_text(token_id)
         except TokenIdError as exc:
@@ -256,7 +285,7 @@ class ServingStream:
         (an unknown one is counted and renders as ``""``); without, a bad id anywhere
         raises before any id of the push is applied."""
         if self._on_unknown is None:
-            delta = self._state.push(ids)
+            delta = self._reference().push(ids)
             self._caught_up()
             return delta
         if isinstance(ids, int) or hasattr(ids, "__index__"):
@@ -279,39 +308,50 @@ class ServingStream:
         it (``""`` after a stop string, which cut what followed it). ``drop_incomplete``
         leaves out a last character no token completed (the decode's U+FFFD), as a
         server's stock detokenizer does (see DetokenizerState.finish)."""
-        delta = self._state.finish(drop_incomplete)
+        if self._state is None and self._dec.idle:  # at rest, nothing held: nothing to build
+            if self._ended:
+                return self._reference().finish()  # raises, as the reference's second finish
+            self._ended = True
+            self._rest = None
+            self._fed_below = 0
+            return ENDED_EMPTY
+        delta = self._reference().finish(drop_incomplete)
         self._caught_up()
         return delta
 
     @property
     def finished(self) -> bool:
         """True after a stop condition or finish(): no further push is accepted."""
-        return self._state.finished
+        return self._ended if self._state is None else self._state.finished
 
     @property
     def path(self) -> str:
         """The decoder's path: ``byte_level``, ``sentencepiece`` or ``generic``."""
-        return self._state.path
+        return self._dec.path
 
     @property
     def why(self) -> str:
-        return self._state.why
+        return self._opening[0].why
 
     @property
     def request_id(self) -> str | None:
-        return self._state.request_id
+        return self._opening[2]
 
     def _caught_up(self) -> None:
         """After any call into the reference: mirror its finish, and whether it is at rest."""
-        state = self._state
+        state = self._reference()
         self.finish_reason = state.finish_reason
         self.stop_reason = state.stop_reason
         self.held = state.held  # changes only in the reference: the shortcuts hold nothing
-        calm = state._boundary_at_rest()  # noqa: SLF001
+        self._at_rest(state._boundary_at_rest())  # noqa: SLF001
+
+    def _at_rest(self, calm: bool = True) -> None:
+        """Which shortcuts apply, ``calm``: the reference's boundary at rest (it is, before
+        the reference is built)."""
         self._rest = self._known if calm and self._dec.idle else None
         # A stop with U+FFFD, which even a byte-level tail may complete, sends every id to
         # the reference (a SentencePiece run's characters are checked after each feed).
-        self._fed_below = self._size if calm and not (self._runs and state._cfg.fffd_stops) else 0  # noqa: SLF001
+        self._fed_below = self._size if calm and not (self._runs and self._opening[1].fffd_stops) else 0
 
     def _held_shows(self) -> bool:
         """What the decoder holds renders as characters now (a SentencePiece run that ends

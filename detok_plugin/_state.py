@@ -173,8 +173,17 @@ class DetokenizerState(Router, Boundary):
             stop_in_reasoning,
             tools,
         )
+        return cls._from_opened(opened, cfg, request_id, keep_log, skip_special_tokens, (min_tokens, max_tokens))
+
+    @classmethod
+    def _from_opened(
+        cls, opened: Opened, cfg: StreamConfig, request_id: str | None, keep_log: bool, skip: bool, limits: tuple[int, int | None]
+    ) -> DetokenizerState:
+        """A stream on a decoder ``open_decoder`` gave and a ``stream_config``: what
+        :meth:`from_tokenizer` builds once it has checked the options. The decoder is used as
+        it stands (``ServingStream`` builds its reference only when an id needs it)."""
         self = cls.__new__(cls)
-        self._start(opened, cfg, request_id, keep_log, skip_special_tokens, (min_tokens, max_tokens))
+        self._start(opened, cfg, request_id, keep_log, skip, limits)
         return self
 
     def _start(
