@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from . import _framework
@@ -33,7 +34,7 @@ class DetokStopCriteria:
     """
 
     def __init__(self, streamer: DetokStreamer) -> None:
-        _framework.stopping_criteria().register(DetokStopCriteria)
+        _register()
         if not isinstance(streamer, DetokStreamer):
             raise TypeError(f"DetokStopCriteria needs a DetokStreamer (or subclass), not {type(streamer).__name__}")
         if not streamer.stop:
@@ -47,5 +48,10 @@ class DetokStopCriteria:
         return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
 
 
-# --- switching it on: install(), uninstall(), DETOK_PLUGIN=1 ------------------------------
+@cache
+def _register() -> None:
+    """Make ``DetokStopCriteria`` a virtual subclass of transformers' ``StoppingCriteria``:
+    once a process (an ImportError naming the extra, raised again each time, where
+    transformers is missing), not at every request's criteria."""
+    _framework.stopping_criteria().register(DetokStopCriteria)
 

@@ -104,6 +104,13 @@ class DetokStreamer:
     _seen: int
     _fed: int
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> DetokStreamer:
+        # An instance of transformers' BaseStreamer too, where transformers is installed
+        # (see _with_base_streamer): the class statement cannot name BaseStreamer, since
+        # this module must import without transformers (the DETOK_PLUGIN start-up hook).
+        # Made here: setting __class__ in __init__ cost twice as much per request.
+        return object.__new__(_BASED.get(cls) or _with_base_streamer(cls))  # type: ignore[no-any-return]
+
     def __init__(
         self,
         tokenizer: Any,
@@ -114,10 +121,6 @@ class DetokStreamer:
         reasoning: Reasoning = "separate",
         **decode_kwargs: Any,
     ) -> None:
-        # An instance of transformers' BaseStreamer too, where transformers is installed
-        # (see _with_base_streamer): the class statement cannot name BaseStreamer, since
-        # this module must import without transformers (the DETOK_PLUGIN start-up hook).
-        self.__class__ = _with_base_streamer(type(self))
         # The stock attributes, under their stock names.
         self.tokenizer = tokenizer
         self.skip_prompt = skip_prompt
@@ -134,7 +137,7 @@ class DetokStreamer:
         # Options the core cannot reproduce from its tables send every decode through the
         # tokenizer itself (the generic path), with all options but skip_special_tokens,
         # which the core passes on its own.
-        if set(decode_kwargs) - _CORE_DECODE_KWARGS:
+        if decode_kwargs and not _CORE_DECODE_KWARGS.issuperset(decode_kwargs):
             extra = {k: v for k, v in decode_kwargs.items() if k != "skip_special_tokens"}
             self._source: Any = _DecodeWith(tokenizer, extra)
         else:
@@ -149,9 +152,11 @@ class DetokStreamer:
             # skip_special_tokens drops it: the stream must not treat EOS as a stop.
             "eos_token_ids": (),
         }
-        # Build one state now: bad options fail here, not in generate()'s thread, and the
-        # token table is built (and cached by the core) before the first token.
-        self.path: str = DetokenizerState.from_tokenizer(self._source, **self._options).path
+        # Open the first stream now: bad options fail here, not in generate()'s thread, and
+        # the token table is built (and cached by the core) before the first token. The
+        # first put() takes this state unless its prompt is context (see _open).
+        self._ready: DetokenizerState | None = DetokenizerState.from_tokenizer(self._source, **self._options)
+        self.path: str = self._ready.path
         self._reset()
 
     # --- the streamer protocol ---------------------------------------------------------
@@ -161,29 +166,16 @@ class DetokStreamer:
         shape = tuple(value.shape)
         if len(shape) > 1 and shape[0] > 1:
             raise ValueError(BATCH_ERROR)
-        if len(shape) > 1:
-            value = value[0]
-        ids = value.tolist()
-        if isinstance(ids, int):  # a 0-d tensor
-            ids = [ids]
-        if self._prompt_len is None:  # the first put of a stream is the prompt
-            self._prompt_len = len(ids)
-            self.finish_reason = self.stop_reason = None
-            if self.skip_prompt and self.next_tokens_are_prompt:
-                self.next_tokens_are_prompt = False
-                context = ids if self.tags is not None else ()
-                self._state = DetokenizerState.from_tokenizer(self._source, prompt_ids=context, **self._options)
-                return
-            # Not skipped: the prompt is the start of the stream's text.
-            self._state = DetokenizerState.from_tokenizer(self._source, **self._options)
-            self._push(ids)
-        else:
+        if self._prompt_len is not None:
             # Ids the stopping criteria already pushed (it sees each step first) are skipped.
+            ids = _ids(value, shape)
             start = self._seen
             self._seen += len(ids)
             fresh = ids[max(0, self._fed - start) :]
             self._fed = max(self._fed, self._seen)
             self._push(fresh)
+        elif self._open(value, shape):
+            return  # a skipped prompt releases nothing
         self._release(stream_end=False)
 
     def end(self) -> None:
@@ -218,6 +210,28 @@ class DetokStreamer:
         self._fed = 0  # generated ids pushed into the state (by put() or the criteria)
         self._pending: list[Delta] = []
         self._unknown_logged = False
+
+    def _open(self, prompt: Any, shape: tuple[int, ...]) -> bool:
+        """Start a stream at its first ``put``, the prompt; True when the prompt is skipped.
+
+        The state the constructor opened serves the first stream unless the prompt is its
+        context (``tags`` with ``skip_prompt``: a template may end inside ``<think>``), and a
+        skipped prompt without ``tags`` is never copied out of its tensor: only its length
+        is kept (where :class:`DetokStopCriteria` finds the generated ids)."""
+        self._prompt_len = shape[-1] if shape else 1
+        self.finish_reason = self.stop_reason = None
+        skip = self.skip_prompt and self.next_tokens_are_prompt
+        context = _ids(prompt, shape) if skip and self.tags is not None else ()
+        state, self._ready = self._ready, None
+        if state is None or context:
+            state = DetokenizerState.from_tokenizer(self._source, prompt_ids=context, **self._options)
+        self._state = state
+        if skip:
+            self.next_tokens_are_prompt = False
+            return True
+        # Not skipped: the prompt is the start of the stream's text.
+        self._push(_ids(prompt, shape))
+        return False
 
     def _push(self, ids: list[int]) -> None:
         while ids:
@@ -276,13 +290,24 @@ class DetokStreamer:
         return self.finish_reason == "stop"
 
 
+# inspect.signature(cls) reads a class's own __new__ before its __init__: through
+# __wrapped__, DetokStreamer (and a subclass with no __init__ of its own) shows its
+# constructor's arguments, not __new__'s (*args, **kwargs).
+DetokStreamer.__new__.__wrapped__ = DetokStreamer.__init__  # type: ignore[attr-defined]
 
 
-def _with_base_streamer(cls: type) -> type:
+def _ids(value: Any, shape: tuple[int, ...]) -> list[int]:
+    """The ids of one ``put``: its one row (``(1, n)``, checked by the caller), its
+    ``(n,)`` ids, or the one id of a 0-d tensor, as a list."""
+    ids = (value[0] if len(shape) > 1 else value).tolist()
+    return [ids] if isinstance(ids, int) else ids
+
+
+def _with_base_streamer(cls: type[Any]) -> type[Any]:
     """``cls``, or where transformers is installed a subclass of it and of transformers'
     ``BaseStreamer`` (same name and qualified name), so that ``isinstance(s, BaseStreamer)``
-    holds for our streamers as for stock ones. One per class, made at its first instance,
-    whose ``__class__`` :meth:`DetokStreamer.__init__` sets to it: BaseStreamer adds nothing
+    holds for our streamers as for stock ones. One per class, made at its first instance;
+    :meth:`DetokStreamer.__new__` makes every instance one of it: BaseStreamer adds nothing
     but its type (no slots, no state; its ``put``/``end`` come after ours)."""
     made = _BASED.get(cls)
     if made is None:
@@ -295,4 +320,4 @@ def _with_base_streamer(cls: type) -> type:
     return made
 
 
-_BASED: dict[type, type] = {}  # _with_base_streamer's classes; setdefault keeps one per class
+_BASED: dict[type[Any], type[Any]] = {}  # _with_base_streamer's classes; setdefault keeps one per class

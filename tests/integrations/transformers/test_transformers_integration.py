@@ -409,6 +409,28 @@ def test_streamer_is_reusable_after_end(qwen3):
     assert "".join(streamer) == "大阪 🏯"
 
 
+@pytest.mark.parametrize("skip_prompt", [True, False])
+def test_a_request_opens_one_stream(qwen3, monkeypatch, skip_prompt):
+    """The stream the constructor opens (to refuse bad options there) is the first
+    request's: building the streamer and putting the prompt open one stream, not two, and
+    each later generate() on the same streamer opens one more."""
+    opened: list[Sequence[int]] = []
+    real = DetokenizerState.from_tokenizer.__func__
+
+    def counting(cls: type, tokenizer: Any, **options: Any) -> DetokenizerState:
+        opened.append(options.get("prompt_ids", ()))
+        return real(cls, tokenizer, **options)
+
+    monkeypatch.setattr(DetokenizerState, "from_tokenizer", classmethod(counting))
+    streamer = DetokIteratorStreamer(qwen3, skip_prompt=skip_prompt)
+    prompt = qwen3.encode("Q: ", add_special_tokens=False)
+    shown = "" if skip_prompt else "Q: "
+    for text in ("東京 🗼", "大阪 🏯"):
+        put_ids(streamer, prompt, [[i] for i in qwen3.encode(text, add_special_tokens=False)])
+        assert "".join(streamer) == shown + text
+    assert len(opened) == 2 and not any(opened)  # no tags: the prompt is never context
+
+
 def test_multi_token_puts_as_in_assisted_decoding(qwen3):
     """generate() puts (1, n) in assisted decoding: each put releases what its ids settle."""
     ids = qwen3.encode("カタカナ🫨ひらがな", add_special_tokens=False)
