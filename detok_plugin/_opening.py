@@ -40,9 +40,16 @@ class Opened(NamedTuple):
         one."""
         if tags is None or not (tags.reasoning_open and tags.reasoning_close) or not self.prompt:
             return False
-        tail_ids = self.prompt[-16:]
-        tail = decode_with_table(self.table, tail_ids) if self.table is not None else self.tokenizer.decode(tail_ids)
-        return bool(tail.rstrip().endswith(tags.reasoning_open.rstrip()))  # a tag may end in a newline
+        tag = tags.reasoning_open.rstrip()  # a tag may end in a newline
+        for count in (4, 16):
+            tail_ids = self.prompt[-count:]
+            tail = decode_with_table(self.table, tail_ids) if self.table is not None else self.tokenizer.decode(tail_ids)
+            tail = tail.rstrip()
+            # The ids' decode is the prompt's from its fourth character on: before that it
+            # may start inside a character (up to 3 U+FFFD) or without a leading space.
+            if len(tail) >= len(tag) + 3 or count >= len(self.prompt):
+                break
+        return tail.endswith(tag)
 
 
 def open_decoder(
@@ -129,13 +136,14 @@ def _checked_prompt(prompt_ids: Sequence[int], holes: Sequence[Any] | None, size
     none); otherwise id by id, so the error names the bad one."""
     if len(prompt_ids) == 0:
         return []
+    plain = isinstance(prompt_ids, list)
     try:
-        packed = array("q", prompt_ids)  # ints and __index__ objects only
-        clean = min(packed) >= 0 and max(packed) < size
+        packed = array("I", prompt_ids)  # ints and __index__ objects, from 0 below 2**32, only
+        clean = max(prompt_ids if plain else packed) < size  # max of a list of ints: no boxing
     except (TypeError, OverflowError):
         clean = False
     if clean and (holes is None or all(holes[t] is not None for t in set(packed))):
-        return packed.tolist()
+        return prompt_ids if isinstance(prompt_ids, list) else packed.tolist()  # read while opening only
     return checked_ids(prompt_ids, -len(prompt_ids), holes, size, request_id)
 
 

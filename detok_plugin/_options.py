@@ -22,7 +22,7 @@ from ._matcher import Matcher
 from ._tables import TokenTable
 from ._tags import TagSet
 
-__all__ = ["Pattern", "StreamConfig", "forget", "id_tags", "stream_config"]
+__all__ = ["Pattern", "StreamConfig", "check_limits", "forget", "id_tags", "stream_config"]
 
 PatternKind = Literal["stop", "r_open", "r_close", "t_open", "t_close", "t_bare"]
 
@@ -141,3 +141,13 @@ def forget() -> None:
     Running streams go on exactly with what they hold; the next ones build theirs again."""
     stream_config.cache_clear()
     Matcher.build.cache_clear()
+
+
+def check_limits(min_tokens: int, max_tokens: int | None) -> None:
+    """Refuse limits no request can mean, as vLLM's ``SamplingParams`` refuses them (a
+    stream with ``max_tokens=0`` took one id before it could end). ``min_tokens`` above
+    ``max_tokens`` means something: ``max_tokens`` ends the stream before any stop counts."""
+    if max_tokens is not None and max_tokens < 1:
+        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+    if min_tokens < 0:
+        raise ValueError(f"min_tokens must be at least 0, got {min_tokens}")

@@ -52,8 +52,8 @@ from ._decoders import StreamDecoder
 from ._delta import CONTENT, ENDED_EMPTY, Delta, FinishReason
 from ._errors import TokenIdError, TokenTypeError
 from ._opening import Opened, as_id, open_decoder
-from ._options import StreamConfig, stream_config
-from ._state import DetokenizerState, _check_limits
+from ._options import StreamConfig, check_limits, stream_config
+from ._state import DetokenizerState
 from ._tables import learn_rest_text
 
 __all__ = ["ServingStream"]
@@ -144,7 +144,7 @@ class ServingStream:
     ) -> ServingStream:
         """Start a stream; the options mean what they mean on
         :meth:`DetokenizerState.from_tokenizer`."""
-        _check_limits(min_tokens, max_tokens)
+        check_limits(min_tokens, max_tokens)
         opened = open_decoder(tokenizer, prompt_ids, skip_special_tokens, spaces_between_special_tokens, request_id)
         eos = frozenset(opened.eos_token_ids if eos_token_ids is None else eos_token_ids)
         cfg = stream_config(

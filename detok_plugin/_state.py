@@ -58,7 +58,7 @@ from ._delta import (
 )
 from ._errors import StreamFinishedError
 from ._opening import Opened, checked_push, open_decoder
-from ._options import Pattern, StreamConfig, forget, id_tags, stream_config
+from ._options import Pattern, StreamConfig, check_limits, forget, id_tags, stream_config
 from ._tags import TagSet
 
 __all__ = ["Delta", "DetokenizerState", "Segment", "forget"]
@@ -158,7 +158,7 @@ class DetokenizerState(Router, Boundary):
             raise ValueError(f"reasoning must be 'separate', 'strip' or 'inline', not {reasoning!r}")
         if tools not in ("separate", "inline"):
             raise ValueError(f"tools must be 'separate' or 'inline', not {tools!r}")
-        _check_limits(min_tokens, max_tokens)
+        check_limits(min_tokens, max_tokens)
         if isinstance(tags, str):
             tags = TagSet.preset(tags)
         opened = open_decoder(tokenizer, prompt_ids, skip_special_tokens, spaces_between_special_tokens, request_id)
@@ -448,12 +448,3 @@ class DetokenizerState(Router, Boundary):
             self._log_kind.append(kind)
             self._log_text.append(text)
 
-
-def _check_limits(min_tokens: int, max_tokens: int | None) -> None:
-    """Refuse limits no request can mean, as vLLM's ``SamplingParams`` refuses them (a
-    stream with ``max_tokens=0`` took one id before it could end). ``min_tokens`` above
-    ``max_tokens`` means something: ``max_tokens`` ends the stream before any stop counts."""
-    if max_tokens is not None and max_tokens < 1:
-        raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
-    if min_tokens < 0:
-        raise ValueError(f"min_tokens must be at least 0, got {min_tokens}")

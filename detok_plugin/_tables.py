@@ -101,6 +101,10 @@ class TokenTable:
     joins: dict[bytes, tuple[str, bytes]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _quick: dict[bool, tuple[str | None, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
     _rest: dict[tuple[bool, str | None], dict[int, str | None]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    #: What a stream's options derive from this table, shared by every stream with those
+    #: options (the chat layer's per-mode shortcut, ``RestTexts``), by a key its builder
+    #: makes; at most ``_MAX_REST`` (rules 2-4 of the class docstring: ``derive``).
+    _derived: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "has_holes", None in self.pieces)
@@ -134,6 +138,17 @@ class TokenTable:
             if len(self._rest) >= _MAX_REST:
                 self._rest.clear()
             got = self._rest.setdefault(key, {})
+        return got
+
+    def derive(self, key: Any, build: Callable[[], Any]) -> Any:
+        """The object stored for ``key``, built by ``build`` (once, give or take threads
+        racing: each may build, all get the one stored first); at most ``_MAX_REST``
+        entries, past which they start again (a caller keeps the one it has)."""
+        got = self._derived.get(key)
+        if got is None:
+            if len(self._derived) >= _MAX_REST:
+                self._derived.clear()
+            got = self._derived.setdefault(key, build())
         return got
 
     def quick_texts(self, skip_special_tokens: bool) -> tuple[str | None, ...]:

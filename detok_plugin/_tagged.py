@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from ._delta import TOOL
 from ._errors import TokenIdError
 from ._state import DetokenizerState
-from ._tables import build_table, learn_rest_text
+from ._tables import TokenTable, build_table, learn_rest_text
 from ._tags import TagSet
 
 __all__ = ["RestTexts", "Step", "TaggedServingStream"]
@@ -58,6 +58,14 @@ class RestTexts:
         table = build_table(tokenizer)[0]
         if table is None or state._keep_log or state._max_tokens is not None:  # noqa: SLF001
             return None
+        cfg = state._cfg  # noqa: SLF001
+        # The same for every stream with these options on this table: built once (the
+        # entry keeps its configuration, so the id in the key stays that one's).
+        kept, rest = table.derive((cls, id(cfg), skip_special_tokens), lambda: (cfg, cls._build(table, state, skip_special_tokens)))
+        return rest if kept is cfg else cls._build(table, state, skip_special_tokens)  # type: ignore[no-any-return]
+
+    @classmethod
+    def _build(cls, table: TokenTable, state: DetokenizerState, skip_special_tokens: bool) -> RestTexts:
         matchers = state._cfg.matchers  # noqa: SLF001
         firsts = tuple(m.find_first if m is not None else None for m in matchers)
         by_mode = tuple(table.rest_texts(skip_special_tokens, m.first.pattern if m is not None else None) for m in matchers)

@@ -42,6 +42,26 @@ def stream_tags(sampling_params: Any) -> TagSet | None:
     extra = getattr(sampling_params, "extra_args", None)
     if not isinstance(extra, dict):
         return None
+    r, t = extra.get(REASONING_TAGS_KEY), extra.get(TOOL_TAGS_KEY)
+    asked = (tuple(r) if type(r) is list else r, tuple(t) if type(t) is list else t)
+    try:
+        return _SEEN[asked]
+    except KeyError:
+        pass
+    except TypeError:  # not a pair of strings (unhashable): refused, not kept
+        return _tags(extra)
+    if len(_SEEN) >= 256:  # a server sees one or two; anything past that starts again
+        _SEEN.clear()
+    got = _SEEN[asked] = _tags(extra)
+    return got
+
+
+#: The tags by what a request asked (one ``TagSet`` per pair of tags, so the stream's
+#: configuration is found by identity).
+_SEEN: dict[tuple[Any, Any], TagSet | None] = {}
+
+
+def _tags(extra: dict[str, Any]) -> TagSet | None:
     reasoning = _pair(extra.get(REASONING_TAGS_KEY), close_may_be_empty=False)
     tool = _pair(extra.get(TOOL_TAGS_KEY), close_may_be_empty=True)
     if reasoning is None and tool is None:
