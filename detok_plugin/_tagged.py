@@ -62,7 +62,7 @@ class RestTexts:
         # The same for every stream with these options on this table: built once (the
         # entry keeps its configuration, so the id in the key stays that one's).
         kept, rest = table.derive((cls, id(cfg), skip_special_tokens), lambda: (cfg, cls._build(table, state, skip_special_tokens)))
-        return rest if kept is cfg else cls._build(table, state, skip_special_tokens)  # type: ignore[no-any-return]
+        return rest if kept is cfg else cls._build(table, state, skip_special_tokens)
 
     @classmethod
     def _build(cls, table: TokenTable, state: DetokenizerState, skip_special_tokens: bool) -> RestTexts:
