@@ -80,6 +80,23 @@ def live_tags(tags: TagSet, reasoning: bool, tools: bool) -> TagSet | None:
     where it reads tool calls and the request has tools it did not switch off."""
     if not reasoning and not tools:
         return None
+    key = (id(tags), reasoning, tools)
+    kept = _LIVE.get(key)
+    if kept is not None and kept[0] is tags:  # the entry keeps ``tags``: the id is still its
+        return kept[1]
+    if len(_LIVE) >= 256:  # a server has a few parsers; past that, start again
+        _LIVE.clear()
+    live = _live(tags, reasoning, tools)
+    _LIVE[key] = (tags, live)
+    return live
+
+
+#: ``live_tags`` by (``id(tags)``, reasoning, tools): the same TagSet object for a parser's
+#: every request, so that the stream's configuration is found by identity.
+_LIVE: dict[tuple[int, bool, bool], tuple[TagSet, TagSet]] = {}
+
+
+def _live(tags: TagSet, reasoning: bool, tools: bool) -> TagSet:
     return TagSet(
         tags.name,
         tags.reasoning_open if reasoning else None,
