@@ -14,15 +14,16 @@ asked, vllm-project/vllm#53066; inside a tool body only its close tag does).
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
-from typing import Literal, NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal, NamedTuple
 
 from ._delta import CONTENT, REASONING, TOOL, Reasoning, Tools
 from ._matcher import Matcher
+from ._opening import Opened, open_decoder
 from ._tables import TokenTable
 from ._tags import TagSet
 
-__all__ = ["Pattern", "StreamConfig", "check_limits", "forget", "id_tags", "stream_config"]
+__all__ = ["Pattern", "StreamConfig", "check_limits", "forget", "id_tags", "open_with_config", "stream_config"]
 
 PatternKind = Literal["stop", "r_open", "r_close", "t_open", "t_close", "t_bare"]
 
@@ -151,3 +152,28 @@ def check_limits(min_tokens: int, max_tokens: int | None) -> None:
         raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
     if min_tokens < 0:
         raise ValueError(f"min_tokens must be at least 0, got {min_tokens}")
+
+
+def open_with_config(
+    tokenizer: Any,
+    prompt_ids: Sequence[int],
+    skip_special_tokens: bool,
+    spaces_between_special_tokens: bool,
+    stop: str | Iterable[str] | None,
+    stop_token_ids: Iterable[int] | None,
+    eos_token_ids: Iterable[int] | None,
+    include_stop: bool,
+    limits: tuple[int, int | None],
+    request_id: str | None,
+    channels: tuple[TagSet | None, Reasoning, bool, Tools] = (None, "separate", False, "separate"),
+) -> tuple[Opened, StreamConfig]:
+    """A new stream's decoder on the prompt and its shared configuration, the limits
+    checked: what every stream opens with. ``eos_token_ids`` None means the tokenizer's
+    own; ``channels`` are the tags, ``reasoning``, ``stop_in_reasoning`` and ``tools``."""
+    check_limits(*limits)
+    opened = open_decoder(tokenizer, prompt_ids, skip_special_tokens, spaces_between_special_tokens, request_id)
+    eos = frozenset(opened.eos_token_ids if eos_token_ids is None else eos_token_ids)
+    tags, reasoning, stop_in_reasoning, tools = channels
+    stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+    cfg = stream_config(stops, frozenset(stop_token_ids or ()) | eos, eos, include_stop, tags, reasoning, stop_in_reasoning, tools)
+    return opened, cfg

@@ -51,8 +51,8 @@ from typing import Any
 from ._decoders import StreamDecoder
 from ._delta import CONTENT, ENDED_EMPTY, Delta, FinishReason
 from ._errors import TokenIdError, TokenTypeError
-from ._opening import Opened, as_id, open_decoder
-from ._options import StreamConfig, check_limits, stream_config
+from ._opening import Opened, as_id
+from ._options import StreamConfig, open_with_config
 from ._state import DetokenizerState
 from ._tables import learn_rest_text
 
@@ -144,20 +144,13 @@ class ServingStream:
     ) -> ServingStream:
         """Start a stream; the options mean what they mean on
         :meth:`DetokenizerState.from_tokenizer`."""
-        check_limits(min_tokens, max_tokens)
-        opened = open_decoder(tokenizer, prompt_ids, skip_special_tokens, spaces_between_special_tokens, request_id)
-        eos = frozenset(opened.eos_token_ids if eos_token_ids is None else eos_token_ids)
-        cfg = stream_config(
-            (stop,) if isinstance(stop, str) else tuple(stop or ()),
-            frozenset(stop_token_ids or ()) | eos,
-            eos,
-            include_stop_str_in_output,
-            None,
-            "separate",
-            False,
+        limits = (min_tokens, max_tokens)
+        opened, cfg = open_with_config(
+            tokenizer, prompt_ids, skip_special_tokens, spaces_between_special_tokens, stop, stop_token_ids,
+            eos_token_ids, include_stop_str_in_output, limits, request_id,
         )
         self = cls.__new__(cls)
-        self._opening = (opened, cfg, request_id, skip_special_tokens, (min_tokens, max_tokens))
+        self._opening = (opened, cfg, request_id, skip_special_tokens, limits)
         self._state = None
         self.token_ids = []
         self._limit = sys.maxsize if max_tokens is None else max_tokens - 1

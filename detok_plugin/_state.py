@@ -57,8 +57,8 @@ from ._delta import (
     text_delta,
 )
 from ._errors import StreamFinishedError
-from ._opening import Opened, checked_push, open_decoder
-from ._options import Pattern, StreamConfig, check_limits, forget, id_tags, stream_config
+from ._opening import Opened, checked_push
+from ._options import Pattern, StreamConfig, forget, id_tags, open_with_config
 from ._tags import TagSet
 
 __all__ = ["Delta", "DetokenizerState", "Segment", "forget"]
@@ -158,28 +158,20 @@ class DetokenizerState(Router, Boundary):
             raise ValueError(f"reasoning must be 'separate', 'strip' or 'inline', not {reasoning!r}")
         if tools not in ("separate", "inline"):
             raise ValueError(f"tools must be 'separate' or 'inline', not {tools!r}")
-        check_limits(min_tokens, max_tokens)
         if isinstance(tags, str):
             tags = TagSet.preset(tags)
-        opened = open_decoder(tokenizer, prompt_ids, skip_special_tokens, spaces_between_special_tokens, request_id)
-        eos = frozenset(opened.eos_token_ids if eos_token_ids is None else eos_token_ids)
-        cfg = stream_config(
-            (stop,) if isinstance(stop, str) else tuple(stop or ()),
-            frozenset(stop_token_ids or ()) | eos,
-            eos,
-            include_stop_str_in_output,
-            tags,
-            reasoning,
-            stop_in_reasoning,
-            tools,
+        limits = (min_tokens, max_tokens)
+        opened, cfg = open_with_config(
+            tokenizer, prompt_ids, skip_special_tokens, spaces_between_special_tokens, stop, stop_token_ids,
+            eos_token_ids, include_stop_str_in_output, limits, request_id, (tags, reasoning, stop_in_reasoning, tools),
         )
-        return cls._from_opened(opened, cfg, request_id, keep_log, skip_special_tokens, (min_tokens, max_tokens))
+        return cls._from_opened(opened, cfg, request_id, keep_log, skip_special_tokens, limits)
 
     @classmethod
     def _from_opened(
         cls, opened: Opened, cfg: StreamConfig, request_id: str | None, keep_log: bool, skip: bool, limits: tuple[int, int | None]
     ) -> DetokenizerState:
-        """A stream on a decoder ``open_decoder`` gave and a ``stream_config``: what
+        """A stream on the decoder and configuration ``open_with_config`` gave: what
         :meth:`from_tokenizer` builds once it has checked the options. The decoder is used as
         it stands (``ServingStream`` builds its reference only when an id needs it)."""
         self = cls.__new__(cls)
