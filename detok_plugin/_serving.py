@@ -29,8 +29,9 @@ is built when an id first needs it (on the generic path, or with a prompt's held
 skip, at once): until then every id took a shortcut, after which the reference would have
 changed nothing but the decoder and the list of ids, which it is then given. A request
 whose ids all leave at rest (no stop, or none of its first characters, no split character
-that a stop could complete) never builds it, and ``finish`` with nothing held needs none. Nothing is
-learnt: a request with a stop set never seen before costs what one seen a thousand times
+that a stop could complete) never builds it, and ``finish`` with nothing held needs none
+(the stream then only notes that it ended, which the reference, if ever built, is told).
+Nothing is learnt: a request with a stop set never seen before costs what one seen a thousand times
 costs. There is no protocol to follow: the verbs are ``push_text``, ``push`` and
 ``finish``, as on the reference, and ``follow`` for a scheduler that only watches for stops
 (it reads no text: the id's text is looked up as ``push_text`` looks it up, and not returned).
