@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ._matcher import Matcher
     from ._options import Pattern, StreamConfig
 
-__all__: list[str] = []
+__all__ = ["held_may_stop"]
 
 
 class HeldScan(NamedTuple):
@@ -280,7 +280,7 @@ class Boundary:
         leaves it held must ask ``_provisional_stop``): not while it can only be U+FFFD (a
         byte-level tail), no stop has U+FFFD and no text that showed by ``min_tokens`` is
         held."""
-        return bool(self._early) or self._cfg.fffd_stops or not self._dec.held_is_replacement
+        return held_may_stop(self._cfg, self._dec, self._early)
 
     def _held_hit(self, node: int) -> tuple[int, int] | None:
         """The match ``ac.scan(node, held)`` finds, where ``held`` is what the decoder
@@ -336,3 +336,10 @@ def _tag_ending(patterns: tuple[Pattern, ...], text: str) -> Pattern | None:
     """The first tag among ``patterns`` that ``text`` ends with (a tag is held until it
     completes, so all of it is there), or None."""
     return next((p for p in patterns if p.kind != "stop" and text.endswith(p.text)), None)
+
+
+def held_may_stop(cfg: StreamConfig, decoder: StreamDecoder, early: str = "") -> bool:
+    """What ``decoder`` holds, rendered as final, may complete a stop of ``cfg``: not while
+    it can only be U+FFFD (a byte-level tail), no stop has U+FFFD and no text that showed by
+    ``min_tokens`` (``early``) is held."""
+    return bool(early) or cfg.fffd_stops or not decoder.held_is_replacement

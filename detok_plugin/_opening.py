@@ -136,14 +136,14 @@ def _checked_prompt(prompt_ids: Sequence[int], holes: Sequence[Any] | None, size
     none); otherwise id by id, so the error names the bad one."""
     if len(prompt_ids) == 0:
         return []
-    plain = isinstance(prompt_ids, list)
+    plain = prompt_ids if isinstance(prompt_ids, list) else None  # read while opening only: not copied
     try:
         packed = array("I", prompt_ids)  # ints and __index__ objects, from 0 below 2**32, only
-        clean = max(prompt_ids if plain else packed) < size  # max of a list of ints: no boxing
+        clean = max(packed if plain is None else plain) < size  # max of a list of ints: no boxing
     except (TypeError, OverflowError):
         clean = False
     if clean and (holes is None or all(holes[t] is not None for t in set(packed))):
-        return prompt_ids if isinstance(prompt_ids, list) else packed.tolist()  # read while opening only
+        return packed.tolist() if plain is None else plain
     return checked_ids(prompt_ids, -len(prompt_ids), holes, size, request_id)
 
 

@@ -49,6 +49,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from ._boundary import held_may_stop
 from ._decoders import StreamDecoder
 from ._delta import CONTENT, ENDED_EMPTY, Delta, FinishReason
 from ._errors import TokenIdError, TokenTypeError
@@ -173,10 +174,10 @@ class ServingStream:
             self._quick = table.quick_texts(skip_special_tokens)
             self._known = table.rest_texts(skip_special_tokens, content.first.pattern if content is not None else None)
         self._dec = opened.decoder
-        # What the decoder holds may complete a stop (DetokenizerState._held_may_stop): with
-        # stops, a SentencePiece run, whose characters show before it closes, or a stop with
-        # U+FFFD.
-        self._runs = cfg.has_stops[CONTENT] and (cfg.fffd_stops or not opened.decoder.held_is_replacement)
+        # What the decoder holds may complete a stop (the reference's _held_may_stop, as it
+        # starts): with stops, a SentencePiece run, whose characters show before it closes,
+        # or a stop with U+FFFD.
+        self._runs = cfg.has_stops[CONTENT] and held_may_stop(cfg, opened.decoder)
         self._vocab = opened.vocab
         self._size = opened.size
         if table is None or opened.skip_chars:

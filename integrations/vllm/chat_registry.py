@@ -25,7 +25,6 @@ import logging
 from typing import Any
 
 from detok_plugin import TagSet
-from detok_plugin.families import mistral
 
 from ..common.patches import PATCHES
 from . import _framework
@@ -63,8 +62,8 @@ class DetokReasoningParser(_Thinking):  # type: ignore[misc]
 
     def __init__(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
         vocab = tokenizer.get_vocab() if tokenizer is not None else {}
-        if self.start_token == mistral.THINK[0]:  # Magistral: the tags the chat parser reads
-            self.start_token, self.end_token = tokenizer_reasoning_tags(tokenizer, self.start_token, self.end_token)  # type: ignore[assignment]
+        # Magistral's are the tags its tokenizer has, as the chat parser reads them.
+        self.start_token, self.end_token = tokenizer_reasoning_tags(tokenizer, self.start_token, self.end_token)  # type: ignore[assignment]
         if tokenizer is None or (self.start_token in vocab and self.end_token in vocab):
             super().__init__(tokenizer, *args, **kwargs)  # vLLM's own, unchanged
             return
