@@ -39,7 +39,7 @@ from collections.abc import Mapping
 
 from ..common.startup import say
 from ..common.switch import Switch
-from . import _framework, detokenizer, scheduler
+from . import _framework, detokenizer, parsers, scheduler
 
 __all__ = ["PLUGIN_NAME", "Settings", "is_registered", "register", "unregister"]
 
@@ -144,6 +144,7 @@ def _register() -> bool:
         return False
     scheduler.install()
     detokenizer.install()
+    parsers.install(_say_once)  # the detok_* chat parsers, in the server's own process
     _say_once(
         logging.INFO,
         f"detok-plugin: on ({settings.source}), replacing SGLang {version}'s stop-string check "
@@ -159,7 +160,7 @@ def unregister() -> bool:
         _framework.seams()
     except ImportError:
         return False
-    return any([scheduler.uninstall(), detokenizer.uninstall()])
+    return any([scheduler.uninstall(), detokenizer.uninstall(), parsers.uninstall()])
 
 
 def is_registered() -> bool:
