@@ -91,7 +91,7 @@ def chat_stream(parser: Any, request: Any, prompt: Sequence[int], *, streaming: 
         min_tokens=getattr(request, "min_tokens", 0) or 0,
         # The detokenizer plugin cuts stops outside reasoning; vLLM's stock one anywhere.
         stop_in_reasoning=not detokenizer_is_ours(),
-        end_ids=functools.partial(_end_ids, tokenizer, request, parser.engine_stop_ids),
+        end_ids=functools.partial(_end_ids, tokenizer, request, parser),
         tools=functools.partial(_tool_dicts, request),
         new_call_id=functools.partial(new_call_id, parser),
         include_reasoning=getattr(request, "include_reasoning", True),
@@ -109,15 +109,30 @@ def streams_arguments(request: Any) -> bool:
     return isinstance(xargs, dict) and xargs.get(STREAM_ARGUMENTS_KEY) in (True, 1, "true")
 
 
-def _end_ids(tokenizer: Any, request: Any, engine: frozenset[int]) -> frozenset[int]:
+def _end_ids(tokenizer: Any, request: Any, parser: Any) -> frozenset[int]:
     """The ids that end a request without text: its stop token ids, the tokenizer's EOS and
-    ``engine``'s (the model's generation config), read at the finish only (a Hugging Face
-    tokenizer's ``eos_token_id`` costs about a microsecond)."""
-    ids = set(getattr(request, "stop_token_ids", None) or ())
+    the parser's ``engine_stop_ids`` (the model's generation config), read at the finish
+    only."""
+    stop = getattr(request, "stop_token_ids", None)
+    ends = _tokenizer_eos(tokenizer) | parser.engine_stop_ids
+    return ends.union(stop) if stop else ends
+
+
+#: Per tokenizer (by identity, the tokenizer kept alive with its entry): its EOS id as a set.
+#: A Hugging Face tokenizer's ``eos_token_id`` is a property that looks the token up.
+_EOS: dict[int, tuple[Any, frozenset[int]]] = {}
+
+
+def _tokenizer_eos(tokenizer: Any) -> frozenset[int]:
+    got = _EOS.get(id(tokenizer))
+    if got is not None and got[0] is tokenizer:
+        return got[1]
     eos = getattr(tokenizer, "eos_token_id", None)
-    if isinstance(eos, int):
-        ids.add(eos)
-    return frozenset(ids) | engine
+    ids = frozenset([eos] if isinstance(eos, int) else [])
+    if len(_EOS) >= 8:
+        _EOS.clear()
+    _EOS[id(tokenizer)] = (tokenizer, ids)
+    return ids
 
 
 #: Per model config (by identity, the config kept alive with its entry): its generation
@@ -184,10 +199,17 @@ class DetokChatParser(_Parser):  # type: ignore[misc]
         think, end = tokenizer_reasoning_tags(tokenizer, self.tags.reasoning_open, self.tags.reasoning_close)
         if think != self.tags.reasoning_open:
             self.tags = dataclasses.replace(self.tags, reasoning_open=think, reasoning_close=end)
-        self.engine_stop_ids = generation_stop_ids(model_config)
+        self._model_config = model_config
         self._prompt: list[int] | None = None
         self._chat: Any = None  # ChatStream or HarmonyChannels, built at the first step
         self._failed = False  # the channels raised: the rest of the reply is content
+
+    @property
+    def engine_stop_ids(self) -> frozenset[int]:
+        """The ids the engine stops on beside the tokenizer's EOS (:func:`generation_stop_ids`),
+        read when a reply finishes: a parser vLLM builds only to check the tokenizer or to
+        adjust a request never reads them."""
+        return generation_stop_ids(self._model_config)
 
     def is_reasoning_end(self, input_ids: list[int]) -> bool:
         rp = self._reasoning_parser

@@ -24,7 +24,7 @@ import inspect
 import logging
 from typing import Any
 
-from detok_plugin import TagSet
+from detok_plugin import TagSet, families
 
 from ..common.patches import PATCHES
 from . import _framework
@@ -153,19 +153,35 @@ def _preset(name: str | None) -> TagSet | None:
     return TagSet.preset(name[len(PREFIX) :])
 
 
-def _compose(cls: Any, bound: inspect.BoundArguments) -> Any:
-    """ParserManager._compose_parser for detok names; None if neither name is ours."""
-    args = bound.arguments
+def _compose(args: dict[str, Any]) -> Any:
+    """ParserManager._compose_parser for detok names (``args``: its arguments by name); None
+    if neither name is ours."""
     r_name, t_name = args.get("reasoning_parser_name"), args.get("tool_parser_name")
+    # Keyed by the families' registry entries too: a family registered again is composed again.
+    return _composed(r_name, t_name, bool(args.get("enable_auto_tools")), _registered(r_name), _registered(t_name))
+
+
+def _registered(name: str | None) -> Any:
+    """The registry entry (``families.preset``) of a detok name's preset, or None."""
+    if not name or not name.startswith(PREFIX):
+        return None
+    try:
+        return families.preset(name[len(PREFIX) :])
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=64)  # a server composes one pair; a refused pair raises, uncached
+def _composed(r_name: str | None, t_name: str | None, auto_tools: bool, *entries: Any) -> Any:
     problem = pair_problem(r_name, t_name)  # also checked at vLLM's argument validation (parser_names)
     if problem is not None:
         raise TypeError(problem)
     if HARMONY in (r_name, t_name):
-        return _harmony_class(r_name == HARMONY, bool(args.get("enable_auto_tools")) and t_name == HARMONY)
+        return _harmony_class(r_name == HARMONY, auto_tools and t_name == HARMONY)
     r_tags, t_tags = _preset(r_name), _preset(t_name)
     if r_tags is None and t_tags is None:
         return None
-    tools = bool(args.get("enable_auto_tools")) and t_tags is not None
+    tools = auto_tools and t_tags is not None
     reasoning = r_tags is not None
     if not tools and not reasoning:
         return None
@@ -201,8 +217,10 @@ def _signature(fn: Any) -> inspect.Signature:
 
 def _wrapped_compose(cls: Any, *args: Any, **kwargs: Any) -> Any:
     stock = PATCHES.stock(_api.ParserManager, "_compose_parser").__func__
-    bound = _signature(stock).bind(cls, *args, **kwargs)  # (a signature costs ~0.3 ms to read)
-    ours = _compose(cls, bound)
+    # ``get_parser`` passes every argument by name; any other caller's are bound to the
+    # stock signature (a signature costs ~0.3 ms to read, so it is kept).
+    named = _signature(stock).bind(cls, *args, **kwargs).arguments if args else kwargs
+    ours = _compose(named)
     return ours if ours is not None else stock(cls, *args, **kwargs)
 
 

@@ -11,8 +11,9 @@ step::
 
 The plugin (``plugin.register``) makes that factory return a :class:`VllmDetokenizer` over a
 :class:`detok_plugin.ServingStream`, or, when a ``detok_*`` chat parser asked for the
-request's tags (``xargs``), a :class:`detok_plugin.TaggedServingStream`: stop strings then cut
-outside reasoning and tool-call bodies only.
+request's tags (``xargs``) and the request has stop strings, a
+:class:`detok_plugin.TaggedServingStream`: stop strings then cut outside reasoning and tool-call
+bodies only.
 """
 
 from __future__ import annotations
@@ -74,12 +75,15 @@ class VllmDetokenizer:
         self._include_stop = bool(params.include_stop_str_in_output)
         if delta is None:
             delta = getattr(params.output_kind, "name", None) == "DELTA"
+        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
         # The verified table is cached per tokenizer object and the stop automaton per stop
         # tuple, so setup per request is the prompt's decoder state.
         # A detok chat parser asked for its reasoning or tool tags (docs/vllm.md, "Chat
         # API"): then stop strings are cut outside reasoning (vllm-project/vllm#53066) and
-        # tool-call bodies only.
-        tags = stream_tags(params)
+        # tool-call bodies only. Without stop strings the tags change nothing (they and the
+        # bodies stay in the text, which is the decode either way): the plain stream, whose
+        # opening and common id cost less.
+        tags = stream_tags(params) if stops else None
         self._stream = (
             functools.partial(TaggedServingStream.from_tokenizer, tags=tags)
             if tags is not None
@@ -89,7 +93,7 @@ class VllmDetokenizer:
             prompt_ids=request.prompt_token_ids or (),
             skip_special_tokens=params.skip_special_tokens,
             spaces_between_special_tokens=params.spaces_between_special_tokens,
-            stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
+            stop=stops,
             stop_token_ids=(),
             eos_token_ids=(),
             include_stop_str_in_output=self._include_stop,
