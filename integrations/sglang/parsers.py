@@ -35,7 +35,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from detok_plugin import ChatParts, ChatStream, TagSet, TokenTable, families, live_tags
+from detok_plugin import ChatParts, ChatStream, DetokenizerState, TagSet, TokenTable, families, live_tags
 from detok_plugin.families import mistral
 
 from . import _framework
@@ -102,7 +102,7 @@ def _text_stream(tags: TagSet | None, opened: str, tools: Any, *, streaming: boo
     return ChatStream(
         TEXT_BYTES,
         tags,
-        prompt_ids=opened.encode(),
+        prompt_ids=list(opened.encode()),
         skip_special_tokens=False,
         tools=lambda: _tool_dicts(tools),
         new_call_id=_no_call_id,
@@ -129,13 +129,17 @@ class DetokToolDetector:
         self.detok_sent: set[int] = set()
 
     def has_tool_call(self, text: str) -> bool:
-        """Whether ``text`` holds a tool-call marker (or a finished call the core reads)."""
+        """Whether ``text`` holds a tool-call marker, or the core reads it otherwise than
+        as it stands (a call, or whitespace at its edges): SGLang's non-streamed path
+        returns a reply whose ``has_tool_call`` is False as it stands, and this keeps it
+        the same as the streamed one (SGLang then logs that no call was parsed)."""
         tags = self.detok_tags
         if tags is None:
             return False
         if any(m and m in text for m in (tags.tool_open, tags.tool_bare)):
             return True
-        return bool(self._whole(text, None)[1])
+        content, calls = self._whole(text, None)
+        return bool(calls) or content != text
 
     def detect_and_parse(self, text: str, tools: Any) -> Any:
         """A whole reply: the content, and each call the model finished (``tool_index``:
@@ -186,54 +190,118 @@ class DetokToolDetector:
     current_tool_id: int
 
 
+class _Edge:
+    """Whitespace at the edges of a reasoning or content segment is the template's markup:
+    leading whitespace is dropped, trailing whitespace waits for the segment's next
+    character (then leaves with it) or its end (then is dropped). The rule ``ChatStream``
+    keeps (``detok_plugin._edges``, not public), for the reasoning stage's own stream."""
+
+    __slots__ = ("open", "held")
+
+    def __init__(self) -> None:
+        self.open, self.held = False, ""
+
+    def take(self, text: str) -> str:
+        text = self.held + text if self.open else text.lstrip()
+        if not text:
+            return ""
+        self.open = True
+        sent = text.rstrip()
+        self.held = text[len(sent) :]
+        return sent
+
+    def end(self) -> None:
+        self.open, self.held = False, ""
+
+
+class _ReasoningStream:
+    """One reply's text split into reasoning and normal text by the core
+    (``DetokenizerState`` over ``TEXT_BYTES``, ``tools="inline"``): a tool call's body stays
+    in the normal text for the tool stage, and markers inside it (a ``<think>`` in an
+    argument) are the body's text, not reasoning tags; where the preset says so, a tool
+    call opened inside reasoning ends it (``tool_ends_reasoning``)."""
+
+    def __init__(self, tags: TagSet | None, opened: str) -> None:
+        self.state = DetokenizerState.from_tokenizer(
+            TEXT_BYTES, prompt_ids=list(opened.encode()), skip_special_tokens=False, eos_token_ids=(),
+            tags=tags, reasoning="separate", tools="inline", keep_log=False,
+        )
+        self.reasoning, self.content = _Edge(), _Edge()
+
+    def step(self, text: str, at_end: bool) -> tuple[str, str]:
+        """``text``'s reasoning and normal text (and, ``at_end``, what the stream held)."""
+        reasoning: list[str] = []
+        content: list[str] = []
+        for byte in text.encode():  # one id at a time: the order of the two channels
+            self._take(self.state.push(byte), reasoning, content)
+        if at_end:
+            self._take(self.state.finish(), reasoning, content)
+            self.reasoning.end()
+            self.content.end()
+        return "".join(reasoning), "".join(content)
+
+    def _take(self, delta: Any, reasoning: list[str], content: list[str]) -> None:
+        if delta.reasoning:
+            self.content.end()  # reasoning opened: the content segment before it ended
+            reasoning.append(self.reasoning.take(delta.reasoning))
+        if delta.text:
+            self.reasoning.end()  # reasoning closed: its trailing whitespace was markup
+            content.append(self.content.take(delta.text))
+
+
 class DetokReasoningDetector:
     """The parsing half of a ``detok_<name>`` reasoning detector (before SGLang's own in
     the class :func:`install` builds): reasoning and normal text from the preset's tags.
     A reply starts inside reasoning where SGLang's detector would (``force_reasoning``:
-    the template opened it); ``stream_reasoning=False`` holds reasoning until it ends."""
+    the template opened it); ``stream_reasoning=False`` holds reasoning until it ends.
+    With a tool parser active (``tool_call_parser_active``) the preset's tool tags are
+    live too, so a tool call's body passes to the tool stage whole."""
 
     preset = "qwen3"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, tokenizer: Any = None, tool_call_parser_active: bool = False, **kwargs: Any) -> None:
+        takes = inspect.signature(super().__init__).parameters  # what SGLang's own detector takes
+        for name, value in (("tokenizer", tokenizer), ("tool_call_parser_active", tool_call_parser_active)):
+            if name in takes:
+                kwargs[name] = value
         super().__init__(*args, **kwargs)
         p = TagSet.preset(self.preset)
         opening, closing = p.reasoning_open, p.reasoning_close
-        tokenizer = kwargs.get("tokenizer")
         if opening == mistral.THINK[0] and tokenizer is not None:  # Magistral 2506: <think> as text
             opening, closing = mistral.reasoning_tags(tokenizer.get_vocab())
-        self.detok_tags = live_tags(TagSet(p.name, opening, closing, tool_format=p.tool_format), True, False)
+        tags = TagSet(p.name, opening, closing, p.tool_open, p.tool_close, p.tool_format, p.tool_bare, p.bare_at_start, p.tool_ends_reasoning)
+        self.detok_tags = live_tags(tags, True, tool_call_parser_active)
         forced = bool(getattr(self, "force_reasoning", False))  # SGLang's: the template opened it
         self.detok_opened = (opening or "") if forced else ""
-        self.detok_stream: ChatStream | None = None
+        self.detok_stream: _ReasoningStream | None = None
         self.detok_held: list[str] = []
 
     def detect_and_parse(self, text: str) -> Any:
-        parts = _text_stream(self.detok_tags, self.detok_opened, None, streaming=False).step(text.encode(), True)
-        return _reasoning_result(parts.reasoning, parts.content)
+        reasoning, content = _ReasoningStream(self.detok_tags, self.detok_opened).step(text, True)
+        return _reasoning_result(reasoning, content)
 
     def parse_streaming_increment(self, new_text: str) -> Any:
         if self.detok_stream is None:
-            self.detok_stream = _text_stream(self.detok_tags, self.detok_opened, None, streaming=True)
-        return self._result(self.detok_stream.step(new_text.encode(), False), False)
+            self.detok_stream = _ReasoningStream(self.detok_tags, self.detok_opened)
+        return self._result(*self.detok_stream.step(new_text, False), False)
 
     def finish(self) -> Any:
         if self.detok_stream is None:
-            return _reasoning_result([], [])
-        return self._result(self.detok_stream.step(b"", True), True)
+            return _reasoning_result("", "")
+        return self._result(*self.detok_stream.step("", True), True)
 
-    def _result(self, parts: ChatParts, at_end: bool) -> Any:
-        reasoning = parts.reasoning
+    def _result(self, reasoning: str, content: str, at_end: bool) -> Any:
         if not getattr(self, "stream_reasoning", True):  # SGLang's option: reasoning whole, once it ends
-            self.detok_held.extend(reasoning)
-            reasoning = []
-            if parts.content or at_end:
-                reasoning, self.detok_held = self.detok_held, []
-        return _reasoning_result(reasoning, parts.content)
+            self.detok_held.append(reasoning)
+            reasoning = ""
+            if content or at_end:
+                reasoning, self.detok_held = "".join(self.detok_held), []
+        return _reasoning_result(reasoning, content)
 
 
-def _reasoning_result(reasoning: list[str], content: list[str]) -> Any:
+def _reasoning_result(reasoning: str, content: str) -> Any:
     result = importlib.import_module(_REASONING_MODULE).StreamingParseResult
-    return result(normal_text="".join(content), reasoning_text="".join(reasoning))
+    return result(normal_text=content, reasoning_text=reasoning)
 
 
 def _api() -> Any:
@@ -290,7 +358,16 @@ def _detok_class(mixin: type, stock: type, preset: str) -> type:
     """``mixin`` before SGLang's ``stock`` detector, taking what ``stock`` takes (SGLang
     passes ``tokenizer`` only to a class whose signature names it)."""
     cls = type(f"Detok{stock.__name__}", (mixin, stock), {"preset": preset, "__module__": __name__})
-    cls.__signature__ = inspect.signature(stock)  # type: ignore[attr-defined]
+    params = list(inspect.signature(stock).parameters.values())
+    if mixin is DetokReasoningDetector:  # it reads both, whether or not the stock one does
+        names = {p.name for p in params}
+        tail = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
+        params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD] + [
+            inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=d)
+            for n, d in (("tokenizer", None), ("tool_call_parser_active", False))
+            if n not in names
+        ] + tail
+    cls.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     return cls
 
 
