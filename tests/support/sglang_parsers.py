@@ -23,6 +23,7 @@ registered). Prints, per fixture and configuration, CanIToolCall's parse records
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import types
@@ -184,10 +185,53 @@ def run(job: dict[str, Any], tok: Any) -> dict[str, Any]:
     return out
 
 
+def registration() -> dict[str, Any]:
+    """SGLang's own ``load_plugins()`` with ``DETOK_PLUGIN=1``: the detok names SGLang's
+    argument parser then offers (``server_args``' choices, read from the two registries),
+    and what ``unregister()`` leaves (the replays then register the parsers alone, so that
+    the text is SGLang's own detokenizer's)."""
+    import sglang.srt.plugins as plugins
+    from detok_plugin.integrations.sglang import unregister
+
+    os.environ["DETOK_PLUGIN"] = "1"
+    plugins.load_plugins()
+    on = _offered()
+    unregister()
+    return {"on": on, "after_unregister": _offered()}
+
+
+def _offered() -> dict[str, list[str]]:
+    from detok_plugin.integrations.sglang.parsers import PREFIX
+    from sglang.srt.server_args import _reasoning_parser_choices, _tool_call_parser_choices
+
+    return {
+        "tools": sorted(n for n in _tool_call_parser_choices() if n.startswith(PREFIX)),
+        "reasoning": sorted(n for n in _reasoning_parser_choices() if n.startswith(PREFIX)),
+    }
+
+
+def changed_contract() -> dict[str, Any]:
+    """A detector base method whose parameters moved: ``install`` refuses, in one line,
+    and SGLang's registries keep only its own parsers."""
+    from detok_plugin.integrations.sglang import parsers
+    from sglang.srt.function_call.base_format_detector import BaseFormatDetector
+
+    parsers.uninstall()
+    said: list[str] = []
+    stock_finish = BaseFormatDetector.finish
+    BaseFormatDetector.finish = lambda self, tools, flush=True: stock_finish(self, tools)  # type: ignore[method-assign]
+    try:
+        refused = not parsers.install(lambda level, line: said.append(line))
+    finally:
+        BaseFormatDetector.finish = stock_finish  # type: ignore[method-assign]
+    return {"refused": refused, "said": said, "left": _offered()}
+
+
 def main(argv: list[str]) -> None:
     from detok_plugin.integrations.sglang import parsers
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    report: dict[str, Any] = {"registration": registration()}
     if not parsers.install():
         raise SystemExit(f"the detok parsers did not register: {parsers.parser_problems()}")
     print(f"SGLang's parsers imported at {time.perf_counter() - START:.1f} s", file=sys.stderr)
@@ -199,22 +243,28 @@ def main(argv: list[str]) -> None:
         if path not in tokenizers:
             cls = PreTrainedTokenizerFast if job["tokenizer_name"].startswith("deepseek") else AutoTokenizer
             tokenizers[path] = cls.from_pretrained(path)
-    # A pin runs where its tokenizer decodes every one of its fixtures' ids to raw_output.
+    print(f"tokenizers loaded at {time.perf_counter() - START:.1f} s", file=sys.stderr)
+    report["fixtures"] = replay_all(jobs, tokenizers)
+    print(f"parsed at {time.perf_counter() - START:.1f} s", file=sys.stderr)
+    report["registration"]["changed_contract"] = changed_contract()
+    json.dump(report, sys.stdout, ensure_ascii=False)
+
+
+def replay_all(jobs: list[dict[str, Any]], tokenizers: dict[str, Any]) -> dict[str, Any]:
+    """Every job, where its pin's tokenizer decodes every one of the pin's fixtures' ids
+    to their ``raw_output`` (else only that it does not)."""
     pins: dict[str, bool] = {}
     for job in jobs:
-        tok = tokenizers[job["tokenizer"]]
-        same = tok.decode(job["ids"], skip_special_tokens=False) == job["raw_output"]
+        same = tokenizers[job["tokenizer"]].decode(job["ids"], skip_special_tokens=False) == job["raw_output"]
         pins[job["pin"]] = pins.get(job["pin"], True) and same
     results: dict[str, Any] = {}
-    print(f"tokenizers loaded at {time.perf_counter() - START:.1f} s", file=sys.stderr)
     for job in jobs:
         tok = tokenizers[job["tokenizer"]]
         entry = {"reproduces": pins[job["pin"]], "special_ok": set(job["special_ids"]) == special_ids(tok)}
         if entry["reproduces"]:
             entry.update(run(job, tok))
         results[job["id"]] = entry
-    print(f"parsed at {time.perf_counter() - START:.1f} s", file=sys.stderr)
-    json.dump(results, sys.stdout, ensure_ascii=False)
+    return results
 
 
 def special_ids(tok: Any) -> set[int]:
