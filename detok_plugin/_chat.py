@@ -69,7 +69,8 @@ class ChatStream:
     * ``end_ids()``: the ids that end a reply without text (stop token ids, EOS), read at the
       finish only; ``tools()``: the request's tool schemas as dicts, read only by a format
       typed by schema, when a body first needs them; ``new_call_id(name, fmt)``: a new
-      tool-call id; ``include_reasoning``; ``streaming`` (False: no reader, no shortcut).
+      tool-call id; ``include_reasoning``; ``streaming`` (False: a reply returned whole, no
+      tool-call deltas).
     """
 
     def __init__(
@@ -130,7 +131,7 @@ class ChatStream:
         self._edge: Edge | None = None  # the shortcut channel's edge
         # The common id's shortcut (RestTexts): while the stream is at rest in content or
         # reasoning, an id whose text leaves whole is one lookup and one delta.
-        self._rests = RestTexts.of(tokenizer, self.state, skip_special_tokens) if streaming else None
+        self._rests = RestTexts.of(tokenizer, self.state, skip_special_tokens)
         self._slow = self._rests.slow_ids if self._rests is not None else frozenset()
         self._ids = self.state.token_ids
         self._rest: dict[int, str | None] | None = None

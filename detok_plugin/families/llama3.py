@@ -26,9 +26,13 @@ _DIALECT = Dialect(one_object_head)
 _ENDS = ("<|eom_id|>", "<|eot_id|>")
 
 
+#: ``raw_decode`` keeps no state between calls: one decoder serves every body.
+_DECODER = json.JSONDecoder()
+
+
 def parse(body: str, tools: Tools = None) -> list[tuple[str, str]]:
     """One JSON object; after it, only an end-of-message token may follow."""
-    obj, end = json.JSONDecoder().raw_decode(body)
+    obj, end = _DECODER.raw_decode(body)
     rest = body[end:].strip()
     if rest and rest not in _ENDS:
         raise ValueError(f"text after the call's JSON: {rest[:40]!r}")
