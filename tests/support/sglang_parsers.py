@@ -167,7 +167,8 @@ def _unstreamed(parser: Any) -> list[tuple[int, str]]:
 
 
 def run(job: dict[str, Any], tok: Any) -> dict[str, Any]:
-    """One fixture: every strategy and the whole reply, stock and detok."""
+    """One fixture: every strategy and the whole reply, stock and detok; and detok fed
+one character per delta."""
     from detok_plugin.integrations.sglang.parsers import PREFIX
     from sglang.srt.entrypoints.openai.protocol import Tool
 
@@ -182,6 +183,10 @@ def run(job: dict[str, Any], tok: Any) -> dict[str, Any]:
         for strategy, pieces in deltas.items():
             parses[strategy] = streamed(job, names, tools, tok, pieces)
         out[config] = parses
+    # Synthetic, detok only: the reply's text one character per delta (no detokenizer
+    # splits a marker finer), judged apart from CanIToolCall's strategies.
+    names = (PREFIX + job["reasoning"] if job["reasoning"] else None, PREFIX + job["tool"])
+    out["detok_by_character"] = streamed(job, names, tools, tok, list("".join(deltas["one"])))
     return out
 
 

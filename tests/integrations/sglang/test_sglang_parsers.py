@@ -209,6 +209,7 @@ def judged(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for fid, result in report["fixtures"].items():
         entry: dict[str, Any] = {"reproduces": result["reproduces"], "special_ok": result["special_ok"]}
         if result["reproduces"]:
+            entry["detok_by_character"] = result["detok_by_character"]
             for config in CONFIGS:
                 parses = result[config]
                 reply = {
@@ -268,6 +269,17 @@ def test_detok_streamed_equals_whole(judged: dict[str, dict[str, Any]]) -> None:
             continue
         parses = e["detok"]["parses"]
         differ += [f"{fid}[{k}]" for k, v in parses.items() if k != "nonstream" and _same(v) != _same(parses["nonstream"])]
+    assert not differ, differ[:40]
+
+
+def test_detok_by_character_equals_whole(judged: dict[str, dict[str, Any]]) -> None:
+    """The reply's text one character per delta (finer than any detokenizer cuts it: every
+    marker split at every character) parses as the whole reply does."""
+    differ = [
+        fid
+        for fid, e in judged.items()
+        if e["reproduces"] and _same(e["detok_by_character"]) != _same(e["detok"]["parses"]["nonstream"])
+    ]
     assert not differ, differ[:40]
 
 
