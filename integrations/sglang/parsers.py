@@ -9,23 +9,28 @@ name whose format the core has (:data:`TOOL_PRESETS`, :data:`REASONING_PRESETS`)
 detector under ``detok_<name>`` beside SGLang's own, so a server switches by one prefix
 (``--tool-call-parser detok_qwen25 --reasoning-parser detok_qwen3``):
 
-1. each detok detector is a subclass of SGLang's own detector of that name, with the four
-   parsing methods (``detect_and_parse``, ``parse_streaming_increment``, ``finish``,
-   ``has_tool_call``) replaced by one :class:`~detok_plugin.ChatStream`; what SGLang asks of
-   a detector besides parsing (structural tags for constrained decoding, ``structure_info``,
-   the required-tool parser, the think tokens for history) stays the stock one's;
-2. SGLang hands detectors text, not ids: the stream reads each text delta as its UTF-8
+1. each detok detector is a subclass of SGLang's own detector of that name, with its
+   parsing methods (``detect_and_parse``, ``parse_streaming_increment``, ``finish``, and
+   ``has_tool_call`` for tool calls) fed by the core; what SGLang asks of a detector
+   besides parsing (structural tags for constrained decoding, ``structure_info``, the
+   required-tool parser, the think tokens for history) stays the stock one's;
+2. SGLang hands detectors text, not ids: the core reads each text delta as its UTF-8
    bytes, the ids of :data:`TEXT_BYTES` (a byte-level table of the 256 bytes), so a marker
    split over any number of deltas, a character split inside one, and the text between
    them are what the core sees in a token stream (the chunking is SGLang's detokenizer's);
-3. the reasoning stage reads only the preset's reasoning tags and the tool stage only its
-   tool tags (each stage's text is what SGLang gives it); a tool call goes out once the
-   model has finished it, whole, and a call cut short (``max_tokens``) is never sent.
+3. the reasoning stage (:class:`DetokReasoningDetector`) is a ``DetokenizerState`` with the
+   preset's reasoning tags and, where a tool parser is active, its tool tags inline: a tool
+   call's body passes to the tool stage whole, a ``<think>`` inside an argument is text;
+   the tool stage (:class:`DetokToolDetector`) is a :class:`~detok_plugin.ChatStream` with
+   the tool tags: a call goes out once the model has finished it, whole, and a call cut
+   short (``max_tokens``) is never sent. Whitespace at a segment's edges is markup.
 
 Limits: gpt-oss (harmony) is not offered (its channels are read by id in the vLLM shim);
 a call's id is SGLang's (``_process_tool_call_id`` gives Kimi's ``functions.NAME:IDX`` ids
-only under the stock name ``kimi_k2``); a tool open tag inside an unclosed reasoning block
-stays reasoning (the reasoning stage does not know tool tags). docs/sglang.md, "Chat parsers".
+only under the stock names); a reasoning parser is given no tool parser name, so the
+reasoning stage ends reasoning at a tool tag only where its own preset says so
+(``tool_ends_reasoning``: not ``qwen3``, which SGLang pairs with ``qwen3_coder`` for
+Qwen3.5). docs/sglang.md, "Chat parsers".
 """
 
 from __future__ import annotations
@@ -121,6 +126,10 @@ class DetokToolDetector:
     builds puts it before SGLang's own detector of that name). ``preset``: the core's."""
 
     preset = "qwen3"
+    # SGLang's BaseFormatDetector's, read by its serving layer at the finish.
+    prev_tool_call_arr: list[dict[str, Any]]
+    streamed_args_for_tool: list[str]
+    current_tool_id: int
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -185,9 +194,6 @@ class DetokToolDetector:
             self.current_tool_id = index
         return api.StreamingParseResult(normal_text="".join(parts.content), calls=items)
 
-    prev_tool_call_arr: list[dict[str, Any]]
-    streamed_args_for_tool: list[str]
-    current_tool_id: int
 
 
 class _Edge:
