@@ -223,9 +223,9 @@ class DetokChatParser(_Parser):  # type: ignore[misc]
         self._prompt = list(prompt_token_ids)
 
     def adjust_request(self, request: Any) -> Any:
-        """vLLM's own adjustments, then the tags live in this request for the detokenizer:
-        with them it cuts stop strings outside reasoning and tool bodies only, as this
-        parser's own stream does (``TaggedServingStream``)."""
+        """vLLM's own adjustments, then, where the request has stop strings, the tags live in
+        it for the detokenizer: with them it cuts stop strings outside reasoning and tool
+        bodies only, as this parser's own stream does (``TaggedServingStream``)."""
         if self._reasoning_parser is not None:
             request = self._reasoning_parser.adjust_request(request)
         tags = self.tags
@@ -234,7 +234,8 @@ class DetokChatParser(_Parser):  # type: ignore[misc]
             fmt = families.tool_format(tags.tool_format)
             if fmt.keeps_special_tokens and request.tools and request.tool_choice != "none":
                 request.skip_special_tokens = False
-        xargs = tag_xargs(request_tags(self, request))
+        # Only stop strings read the tags there: a request without them is left as it is.
+        xargs = tag_xargs(request_tags(self, request)) if getattr(request, "stop", None) else None
         if xargs:
             request.vllm_xargs = {**(request.vllm_xargs or {}), **xargs}
         return request

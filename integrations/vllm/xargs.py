@@ -3,9 +3,10 @@
 vLLM matches stop strings in the detokenizer, before its chat layer splits reasoning from
 the answer, so a stop string inside ``<think>`` ends the request with ``content: null``
 (vllm-project/vllm#53066). A detok chat parser's ``adjust_request`` therefore writes the
-tags live in the request into its ``vllm_xargs`` (vLLM's field for plugins; it reaches the
-detokenizer as ``SamplingParams.extra_args``), and the detokenizer runs a
-``TaggedServingStream`` with them: stops cut outside reasoning and tool bodies only.
+tags live in a request that has stop strings into its ``vllm_xargs`` (vLLM's field for
+plugins; it reaches the detokenizer as ``SamplingParams.extra_args``), and the detokenizer
+runs a ``TaggedServingStream`` with them: stops cut outside reasoning and tool bodies only.
+Without stop strings the tags would change nothing in the text, so none are written.
 
 Why a request field and not a server setting: the detokenizer is built per request from
 ``(tokenizer, EngineCoreRequest)`` only, and the server's parser is chosen per server
