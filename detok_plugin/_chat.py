@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from . import families
-from ._chat_parts import Call, ChatParts, Fields, Merged
+from ._chat_parts import Call, ChatParts, Fields, push_skipping_unknown
 from ._delta import CONTENT, REASONING, TOOL
 from ._edges import Edge
 from ._errors import TokenIdError
@@ -213,14 +213,15 @@ class ChatStream:
         parts = ChatParts()
         if finished and ids and not self.include_stop and ids[-1] in self._end_ids():
             ids = ids[:-1]  # the stop token or EOS that ended it: no text, as the detokenizer
-        for tid in ids:  # one by one: the content after a body's close stays after its raw text
-            if self.state.finished:
+        i, n = 0, len(ids)
+        while i < n:  # one by one: the content after a body's close stays after its raw text
+            i = self._rest_run(ids, i, parts)  # taken at rest, as by ``message``: no call into the core
+            if i == n or self.state.finished:
                 break
-            if self._rest_id(tid, parts):
-                continue  # taken at rest, as by ``message``: a lookup, no call into the core
             before = self.state._mode
-            self._take(self._push((tid,)), parts, at_end=False, before=before)
+            self._take(self._push((ids[i],)), parts, at_end=False, before=before)
             self._caught_up()
+            i += 1
         if finished and not self.state.finished:
             self._take(self.state.finish(), parts, at_end=True, before=self.state._mode)
         if finished and self._edges is not None:
@@ -229,30 +230,51 @@ class ChatStream:
         self._caught_up()
         return parts
 
-    def _rest_id(self, tid: int, parts: ChatParts) -> bool:
-        """One id of a step while the stream is at rest (``RestTexts``): taken by the
-        lookup, its text into ``parts`` as the core would release it; False where the id
-        needs the core."""
+    def _rest_run(self, ids: Sequence[int], start: int, parts: ChatParts) -> int:
+        """The ids of a step from ``start`` on that the stream takes at rest (``RestTexts``):
+        taken by lookups, their text into ``parts`` as the core would release it; returns
+        where the first id that needs the core stands (``start``: none taken)."""
         rest = self._rest
-        if rest is None or tid.__class__ is not int:  # not a bool, numpy or torch scalar
-            return False
-        text = rest.get(tid)
-        if text is None and tid not in rest:  # an id not seen at rest in this mode yet
-            text = self._rests.learn(self.state._mode, tid)  # type: ignore[union-attr]
-        if text is None or tid in self._slow:
-            return False
-        self._ids.append(tid)
-        if not text:
-            return True
+        if rest is None:
+            return start
+        slow, mode, learn = self._slow, self.state._mode, self._rests.learn  # type: ignore[union-attr]
+        texts: list[str] = []
+        i, n = start, len(ids)
+        while i < n:
+            tid = ids[i]
+            if tid.__class__ is not int:  # not a bool, numpy or torch scalar
+                break
+            text = rest.get(tid)
+            if text is None and tid not in rest:  # an id not seen at rest in this mode yet
+                text = learn(mode, tid)
+            if text is None or tid in slow:
+                break
+            texts.append(text)
+            i += 1
+        if i > start:
+            self._ids.extend(ids[start:i])
+            self._rest_texts(texts, parts)
+        return i
+
+    def _rest_texts(self, texts: list[str], parts: ChatParts) -> None:
+        """The texts of ids taken at rest, into their channel: joined, since the channel's
+        text (and its edge, ``Edge.take``) is the same in one piece, except a tool body whose
+        arguments stream, whose reader sees the pieces as they came."""
         channel = self._channel
+        if channel == TOOL and self.stream_arguments:
+            for text in texts:
+                if text:
+                    self._body_text(self.state._rest_tool_text(text), text, parts)
+            return
+        text = "".join(texts)
+        if not text:
+            return
         if channel == TOOL:
-            index = self.state._rest_tool_text(text)
-            self._body_text(index, text, parts)
+            self._body_text(self.state._rest_tool_text(text), text, parts)
         elif channel == CONTENT:
             self._text(CONTENT, text, parts.content)
         else:
             self._text(REASONING, text, parts.reasoning)
-        return True
 
     def _caught_up(self) -> None:
         """After a call into the core: whether the shortcut applies now (at rest in a mode
@@ -274,24 +296,8 @@ class ChatStream:
     def _push(self, ids: Sequence[int]) -> Any:
         try:
             return self.state.push(ids[0] if len(ids) == 1 else list(ids))
-        except TokenIdError:
-            pass
-        # An id the tokenizer does not know (a padded vocabulary): skipped, as the decode does.
-        text: list[str] = []
-        reasoning: list[str] = []
-        calls: list[Any] = []
-        for tid in ids:
-            if self.state.finished:
-                break
-            try:
-                d = self.state.push(tid)
-            except TokenIdError as exc:
-                self._log.warning("detok-plugin: %s; the chat parser skips it", exc)
-                continue
-            text.append(d.text)
-            reasoning.append(d.reasoning)
-            calls.extend(d.tool_calls)
-        return Merged("".join(text), "".join(reasoning), tuple(calls))
+        except TokenIdError:  # an id the tokenizer does not know (a padded vocabulary)
+            return push_skipping_unknown(self.state, ids, self._log)
 
     def _take(self, delta: Any, parts: ChatParts, *, at_end: bool, before: int) -> None:
         """One id's (or the finish's) delta into ``parts``; ``before``: the mode the stream

@@ -7,9 +7,13 @@ docstring names its fields); the pieces of one call in one delta merge into one 
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-__all__ = ["Call", "ChatParts", "Fields", "Merged"]
+from ._errors import TokenIdError
+
+__all__ = ["Call", "ChatParts", "Fields", "Merged", "push_skipping_unknown"]
 
 #: One chat delta's fields (``reasoning``, ``content``, ``tool_calls``), as OpenAI names them.
 Fields = dict[str, Any]
@@ -63,3 +67,23 @@ class Merged:
 
     def __init__(self, text: str, reasoning: str, tool_calls: tuple[Any, ...]) -> None:
         self.text, self.reasoning, self.tool_calls = text, reasoning, tool_calls
+
+
+def push_skipping_unknown(state: Any, ids: Sequence[int], log: logging.Logger) -> Merged:
+    """``state.push(ids)`` one id at a time, an id the tokenizer does not know (a padded
+    vocabulary) skipped and logged, as the decode skips it: the pushes' Deltas merged."""
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls: list[Any] = []
+    for tid in ids:
+        if state.finished:
+            break
+        try:
+            d = state.push(tid)
+        except TokenIdError as exc:
+            log.warning("detok-plugin: %s; the chat parser skips it", exc)
+            continue
+        text.append(d.text)
+        reasoning.append(d.reasoning)
+        calls.extend(d.tool_calls)
+    return Merged("".join(text), "".join(reasoning), tuple(calls))
