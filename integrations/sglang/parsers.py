@@ -264,6 +264,7 @@ class DetokReasoningDetector:
     live too, so a tool call's body passes to the tool stage whole."""
 
     preset = "qwen3"
+    always_forced = False
 
     def __init__(self, *args: Any, tokenizer: Any = None, tool_call_parser_active: bool = False, **kwargs: Any) -> None:
         takes = inspect.signature(super().__init__).parameters  # what SGLang's own detector takes
@@ -277,7 +278,8 @@ class DetokReasoningDetector:
             opening, closing = mistral.reasoning_tags(tokenizer.get_vocab())
         tags = TagSet(p.name, opening, closing, p.tool_open, p.tool_close, p.tool_format, p.tool_bare, p.bare_at_start, p.tool_ends_reasoning)
         self.detok_tags = live_tags(tags, True, tool_call_parser_active)
-        forced = bool(getattr(self, "force_reasoning", False))  # SGLang's: the template opened it
+        # SGLang's: the template opened it (``qwen3-thinking``: always, by its name)
+        forced = self.always_forced or bool(getattr(self, "force_reasoning", False))
         self.detok_opened = (opening or "") if forced else ""
         self.detok_stream: _ReasoningStream | None = None
         self.detok_held: list[str] = []
@@ -360,10 +362,15 @@ def parser_problems() -> list[str]:
     return problems
 
 
-def _detok_class(mixin: type, stock: type, preset: str) -> type:
+#: SGLang reasoning names whose ``ReasoningParser`` forces reasoning by the name itself.
+ALWAYS_FORCED = frozenset({"qwen3-thinking"})
+
+
+def _detok_class(mixin: type, stock: type, preset: str, name: str) -> type:
     """``mixin`` before SGLang's ``stock`` detector, taking what ``stock`` takes (SGLang
     passes ``tokenizer`` only to a class whose signature names it)."""
-    cls = type(f"Detok{stock.__name__}", (mixin, stock), {"preset": preset, "__module__": __name__})
+    attrs = {"preset": preset, "always_forced": name in ALWAYS_FORCED, "__module__": __name__}
+    cls = type(f"Detok{stock.__name__}", (mixin, stock), attrs)
     params = list(inspect.signature(stock).parameters.values())
     if mixin is DetokReasoningDetector:  # it reads both, whether or not the stock one does
         names = {p.name for p in params}
@@ -380,7 +387,7 @@ def _detok_class(mixin: type, stock: type, preset: str) -> type:
 def _additions(names: Mapping[str, str], stock: dict[str, Any], mixin: type) -> dict[str, type]:
     known = set(families.preset_names())
     return {
-        PREFIX + name: _detok_class(mixin, stock[name], preset)
+        PREFIX + name: _detok_class(mixin, stock[name], preset, name)
         for name, preset in names.items()
         if name in stock and preset in known and isinstance(stock[name], type)
     }
