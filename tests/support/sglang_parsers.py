@@ -215,6 +215,15 @@ def _offered() -> dict[str, list[str]]:
     }
 
 
+def forced_by_name() -> dict[str, Any]:
+    """``ReasoningParser``'s name rule: ``qwen3-thinking`` starts in reasoning whatever
+    ``force_reasoning`` says; its twin too. Each one's whole parse of a reply without ``<think>``."""
+    from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+    text = "I think.\n</think>\n\nDone."
+    return {name: ReasoningParser(name, True, False).parse_non_stream(text) for name in ("qwen3-thinking", "detok_qwen3-thinking")}
+
+
 def changed_contract() -> dict[str, Any]:
     """A detector base method whose parameters moved: ``install`` refuses, in one line,
     and SGLang's registries keep only its own parsers."""
@@ -251,6 +260,7 @@ def main(argv: list[str]) -> None:
     print(f"tokenizers loaded at {time.perf_counter() - START:.1f} s", file=sys.stderr)
     report["fixtures"] = replay_all(jobs, tokenizers)
     print(f"parsed at {time.perf_counter() - START:.1f} s", file=sys.stderr)
+    report["registration"]["forced_by_name"] = forced_by_name()
     report["registration"]["changed_contract"] = changed_contract()
     json.dump(report, sys.stdout, ensure_ascii=False)
 

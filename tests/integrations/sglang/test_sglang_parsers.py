@@ -314,3 +314,11 @@ def test_the_plugin_registers_the_names_sglang_offers(report: dict[str, Any]) ->
     assert changed["refused"]
     [line] = changed["said"]
     assert "NOT registered" in line and "BaseFormatDetector.finish takes ('tools', 'flush')" in line
+
+
+def test_qwen3_thinking_starts_in_reasoning_by_its_name(report: dict[str, Any]) -> None:
+    """SGLang's ``qwen3-thinking`` forces reasoning by its name (``ReasoningParser``), so its
+    twin does: the reply's text before ``</think>`` is reasoning under both."""
+    got = report["registration"]["forced_by_name"]
+    assert got["detok_qwen3-thinking"] == ["I think.", "Done."]
+    assert [t.strip() for t in got["qwen3-thinking"]] == got["detok_qwen3-thinking"]
