@@ -58,7 +58,7 @@ from vllm.v1.engine.detokenizer import IncrementalDetokenizer
 from vllm.v1.engine.output_processor import OutputProcessor
 
 import detok_plugin
-from detok_plugin._tables import build_table
+from detok_plugin import build_table
 
 STOPS = ["\n\nUser:", "</answer>", "<|endofturn|>", "Observation:"]
 STOP_MODES = ("none", "shared", "own")

@@ -21,7 +21,8 @@ from ._options import forget
 from ._serving import ServingStream
 from ._simple import IncrementalDetokenizer
 from ._state import DetokenizerState
-from ._tables import TokenTable, build_table, decode_with_table
+from ._table_build import build_table
+from ._tables import TokenTable, decode_with_table
 from ._tagged import TaggedServingStream
 from ._tags import TagSet, ToolCall
 from .families import parse_tool_body

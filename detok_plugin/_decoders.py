@@ -1,16 +1,14 @@
 """Stream decoders: token ids in, text that no future token can change out.
 
-One small strategy per tokenizer family (vLLM's ``IncrementalDetokenizer`` has the same
-shape): a table-driven fast path for byte-level BPE, one for SentencePiece with byte
-fallback, and a decode-based fallback for anything else. Each has the same verbs:
+One strategy per tokenizer family (vLLM's ``IncrementalDetokenizer`` has the same shape):
+tables for byte-level BPE and SentencePiece byte fallback, else a decode. The verbs:
 
 * ``feed(ids) -> str``: the text those ids settle (``""`` when none);
 * ``flush() -> str``: the end of the stream: whatever was held, rendered as final;
 * ``peek_final() -> str``: what ``flush`` would return now, without changing state.
 
 And two attributes for a caller's hot loop: while ``idle`` is true, ``feed_one(i)`` is
-``quick[i]`` whenever that is not None, and changes nothing, so the caller may index
-``quick`` instead of calling (one call fewer per token on the common path).
+``quick[i]`` whenever that is not None, and changes nothing (so a caller may index it).
 
 Ids reach a decoder already validated (ints inside the vocabulary).
 """
@@ -140,7 +138,9 @@ class ByteLevelStream(StreamDecoder):
     def prime(self, prompt: Sequence[int]) -> None:
         """Feed only the prompt's last ids that hold its last 4 bytes: what is held after
         the whole prompt starts at a lead byte at most 3 bytes from the end, and a lead byte
-        always starts a fresh sequence, so O(1) per request."""
+        always starts a fresh sequence, so O(1) per request; none after a piece that is text."""
+        if prompt and self.quick[prompt[-1]]:
+            return
         skip = self._skip or ()
         pieces = self._pieces
         start, nbytes = len(prompt), 0
@@ -287,7 +287,10 @@ class SentencePieceStream(StreamDecoder):
     def prime(self, prompt: Sequence[int]) -> None:
         """Feed the prompt from its last text piece on (its trailing byte run may matter
         whole), and decide the leading-space strip from whether anything before produced
-        text: O(1) per request unless the prompt ends in a long byte run."""
+        text: O(1) per request unless the prompt ends in a long byte run; none after text."""
+        if prompt and self.quick[prompt[-1]]:
+            self._strip, self.idle = False, True
+            return
         skip = self._skip or ()
         byte_values, pieces = self._bytes, self._pieces
         j = len(prompt) - 1

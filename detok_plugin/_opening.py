@@ -15,7 +15,8 @@ from typing import Any, NamedTuple
 
 from ._decoders import ByteLevelStream, GenericStream, SentencePieceStream, StreamDecoder
 from ._errors import TokenIdError, TokenTypeError, UnsupportedTokenizerError
-from ._tables import TokenTable, build_table, decode_with_table, eos_token_ids_of
+from ._table_build import build_table, eos_token_ids_of
+from ._tables import TokenTable, decode_with_table
 from ._tags import TagSet
 
 __all__ = ["Opened", "as_id", "check", "checked_ids", "checked_push", "open_decoder"]
@@ -69,7 +70,7 @@ def open_decoder(
         dec.prime(prompt)
         # decode(prompt) renders a held tail as final: its characters stand where the
         # output's first characters will, so the output starts that many characters in.
-        skip_chars = len(dec.peek_final())
+        skip_chars = 0 if dec.idle else len(dec.peek_final())
         return Opened(dec, table, table.pieces, size, prompt, skip_chars, table.eos_token_ids, why, tokenizer)
     if not callable(getattr(tokenizer, "decode", None)):
         raise UnsupportedTokenizerError(

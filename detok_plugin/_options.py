@@ -141,6 +141,7 @@ def forget() -> None:
     with them their scan memos (``Matcher.steps``, the one table filled in as streams run).
     Running streams go on exactly with what they hold; the next ones build theirs again."""
     stream_config.cache_clear()
+    _configs.clear()
     Matcher.build.cache_clear()
 
 
@@ -172,8 +173,20 @@ def open_with_config(
     own; ``channels`` are the tags, ``reasoning``, ``stop_in_reasoning`` and ``tools``."""
     check_limits(*limits)
     opened = open_decoder(tokenizer, prompt_ids, skip_special_tokens, spaces_between_special_tokens, request_id)
-    eos = frozenset(opened.eos_token_ids if eos_token_ids is None else eos_token_ids)
-    tags, reasoning, stop_in_reasoning, tools = channels
     stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
-    cfg = stream_config(stops, frozenset(stop_token_ids or ()) | eos, eos, include_stop, tags, reasoning, stop_in_reasoning, tools)
+    stop_ids = tuple(stop_token_ids or ())
+    eos_ids = None if eos_token_ids is None else tuple(eos_token_ids)
+    key = (stops, stop_ids, opened.eos_token_ids if eos_ids is None else eos_ids, include_stop, channels)
+    cfg = _configs.get(key)
+    if cfg is None:
+        eos = frozenset(key[2])
+        tags, reasoning, stop_in_reasoning, tools = channels
+        cfg = stream_config(stops, frozenset(stop_ids) | eos, eos, include_stop, tags, reasoning, stop_in_reasoning, tools)
+        if len(_configs) >= 1024:  # options never seen before, request after request
+            _configs.clear()
+        _configs[key] = cfg
     return opened, cfg
+
+
+# stream_config by the options as a request gives them (tuples, not yet sets): one lookup.
+_configs: dict[tuple[Any, ...], StreamConfig] = {}

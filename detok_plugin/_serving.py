@@ -156,30 +156,32 @@ class ServingStream:
         self._state = None
         self.token_ids = []
         self._limit = sys.maxsize if max_tokens is None else max_tokens - 1
-        self._stop_ids = cfg.stop_ids
-        self._unbounded = not self._stop_ids and max_tokens is None
+        self._stop_ids = stop_ids = cfg.stop_ids
+        self._unbounded = not stop_ids and max_tokens is None
         self._on_unknown = on_unknown_id
         self._ended = False  # finish() was called before the reference was built
         self.finish_reason = None
         self.stop_reason = None
         self.held = ""
-        # The texts ids leave with at rest: quick texts with no first character of a stop,
-        # learnt per id and shared (TokenTable.rest_texts); None on the generic path.
-        table = opened.table
-        content = cfg.matchers[CONTENT]
-        self._first = content.find_first if content is not None else None
-        self._quick = ()
-        self._known = None
-        if table is not None:
-            self._quick = table.quick_texts(skip_special_tokens)
-            self._known = table.rest_texts(skip_special_tokens, content.first.pattern if content is not None else None)
-        self._dec = opened.decoder
-        # What the decoder holds may complete a stop (the reference's _held_may_stop, as it
-        # starts): with stops, a SentencePiece run, whose characters show before it closes,
-        # or a stop with U+FFFD.
-        self._runs = cfg.has_stops[CONTENT] and held_may_stop(cfg, opened.decoder)
+        dec = self._dec = opened.decoder
         self._vocab = opened.vocab
         self._size = opened.size
+        # The texts ids leave with at rest: quick texts with no first character of a stop,
+        # learnt per id and shared (TokenTable.rest_texts); None on the generic path.
+        content = cfg.matchers[CONTENT]
+        table = opened.table
+        if content is None:
+            self._first = None
+            self._runs = False
+            self._known = None if table is None else table.rest_texts(skip_special_tokens, None)
+        else:
+            self._first = content.find_first
+            # What the decoder holds may complete a stop (the reference's _held_may_stop, as
+            # it starts): a SentencePiece run, whose characters show before it closes, or a
+            # stop with U+FFFD.
+            self._runs = cfg.has_stops[CONTENT] and held_may_stop(cfg, dec)
+            self._known = None if table is None else table.rest_texts(skip_special_tokens, content.first.pattern)
+        self._quick = dec.quick  # the table's quick texts (empty on the generic path)
         if table is None or opened.skip_chars:
             self._caught_up()  # the generic path, or a prompt's held tail to skip: the reference now
         else:

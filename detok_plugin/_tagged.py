@@ -24,7 +24,8 @@ from typing import Any, NamedTuple
 from ._delta import TOOL
 from ._errors import TokenIdError
 from ._state import DetokenizerState
-from ._tables import TokenTable, build_table, learn_rest_text
+from ._table_build import build_table
+from ._tables import TokenTable, learn_rest_text
 from ._tags import TagSet
 
 __all__ = ["RestTexts", "Step", "TaggedServingStream"]

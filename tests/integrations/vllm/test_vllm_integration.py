@@ -361,15 +361,15 @@ def test_plugin_is_in_the_path_only_when_on(name):
 @pytest.mark.parametrize("stop", [None, ["@@@"]], ids=["no-stops", "stops"])
 def test_adapter_reuses_the_tokenizers_cached_table(monkeypatch, stop):
     """Per-request setup never rebuilds the table: it is cached per tokenizer object."""
-    from detok_plugin import _tables
+    from detok_plugin import _table_build
 
     tok = vllm_tokenizer("qwen3")
-    _tables.build_table(tok)
+    _table_build.build_table(tok)
 
     def rebuild(tokenizer):
         raise AssertionError("the table was rebuilt for a request")
 
-    monkeypatch.setattr(_tables, "_try_build", rebuild)
+    monkeypatch.setattr(_table_build, "_try_build", rebuild)
     prompt, out = corpus("qwen3")[0]
     with detokenizer(plugin=True):
         op = OutputProcessor(tok, log_stats=False)
