@@ -33,6 +33,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -220,7 +221,7 @@ def open_stream(
         "prompt_ids": prompt_ids,
         "skip_special_tokens": True,
         "stop": stops,
-        "stop_token_ids": special_stop_ids(tokenizer, stops),
+        "stop_token_ids": _known_stop_ids(tokenizer, stops),
         "eos_token_ids": tuple(eos_token_ids),
         "include_stop_str_in_output": settings.keep_stop,
         "request_id": request_id,
@@ -300,6 +301,23 @@ def special_stop_ids(tokenizer: Any, stops: Sequence[str]) -> tuple[int, ...]:
             if tid in special:
                 ids.append(tid)
     return tuple(ids)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_stop_ids(tokenizer: Any, stops: tuple[str, ...]) -> tuple[int, ...]:
+    return special_stop_ids(tokenizer, stops)
+
+
+def _known_stop_ids(tokenizer: Any, stops: tuple[str, ...]) -> tuple[int, ...]:
+    """:func:`special_stop_ids`, asked once per tokenizer and stops (a tokenizer's lookups
+    cost more than the rest of a request's setup); uncached for a tokenizer that cannot be
+    a key."""
+    if not stops:
+        return ()
+    try:
+        return _cached_stop_ids(tokenizer, stops)
+    except TypeError:  # unhashable
+        return special_stop_ids(tokenizer, stops)
 
 
 def _token_of(to_id: Any, to_token: Any, stop: str) -> int | None:
