@@ -8,9 +8,13 @@ from typing import Any
 __all__ = ["args_json", "call_blocks", "in_json_string", "named_call", "split_outside_strings"]
 
 
+#: ``json.dumps(value, ensure_ascii=False)``, without building an encoder per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
 def args_json(value: Any) -> str:
     """Arguments as OpenAI's API sends them: a JSON string (a string value stays as written)."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return value if isinstance(value, str) else _ENCODER.encode(value)
 
 
 def in_json_string(body: str) -> bool:

@@ -30,6 +30,7 @@ An exception raised by vLLM's or the plugin's code is a parse outcome
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import types
 from collections.abc import Iterator, Sequence
@@ -89,6 +90,12 @@ class Replay:
     stop_ids: tuple[int, ...]  # the family's stop tokens (generation_config.json's eos_token_id)
     stop_id: int | None  # appended to the output: it ended the generation (None: max_tokens cut it)
 
+    @functools.cached_property
+    def model_config(self) -> Any:
+        """The stand-in for the server's ``ModelConfig`` (:func:`model_config`)."""
+        eos = list(self.stop_ids)
+        return types.SimpleNamespace(try_get_generation_config=lambda: {"eos_token_id": eos} if eos else {})
+
     def parser_class(self) -> Any:
         return ParserManager.get_parser(
             tool_parser_name=self.tool_parser,
@@ -104,9 +111,8 @@ def model_config(replay: Replay) -> Any:
     """What of the server's ``ModelConfig`` a parser reads here: its generation config, whose
     ``eos_token_id`` are the family's stop tokens (the ids the sampling parameters stop on,
     step 4). A real ``ModelConfig`` needs the model's ``config.json``, which the zoo's
-    tokenizers do not have."""
-    eos = list(replay.stop_ids)
-    return types.SimpleNamespace(try_get_generation_config=lambda: {"eos_token_id": eos} if eos else {})
+    tokenizers do not have. One object per replay, as a server has one for all its requests."""
+    return replay.model_config
 
 
 def _request(replay: Replay, *, stream: bool) -> ChatCompletionRequest:
