@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import families
 from ._chat import ChatParts, ChatStream, live_tags
 from ._delta import Delta, Segment
+from ._edges import Edge
 from ._errors import (
     DetokError,
     StreamFinishedError,
@@ -35,6 +36,7 @@ __all__ = [
     "Delta",
     "DetokError",
     "DetokenizerState",
+    "Edge",
     "IncrementalDetokenizer",
     "Segment",
     "ServingStream",

@@ -40,7 +40,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from detok_plugin import ChatParts, ChatStream, DetokenizerState, TagSet, TokenTable, families, live_tags
+from detok_plugin import ChatParts, ChatStream, DetokenizerState, Edge, TagSet, TokenTable, families, live_tags
 from detok_plugin.families import mistral
 
 from . import _framework
@@ -195,31 +195,6 @@ class DetokToolDetector:
         return api.StreamingParseResult(normal_text="".join(parts.content), calls=items)
 
 
-
-class _Edge:
-    """Whitespace at the edges of a reasoning or content segment is the template's markup:
-    leading whitespace is dropped, trailing whitespace waits for the segment's next
-    character (then leaves with it) or its end (then is dropped). The rule ``ChatStream``
-    keeps (``detok_plugin._edges``, not public), for the reasoning stage's own stream."""
-
-    __slots__ = ("open", "held")
-
-    def __init__(self) -> None:
-        self.open, self.held = False, ""
-
-    def take(self, text: str) -> str:
-        text = self.held + text if self.open else text.lstrip()
-        if not text:
-            return ""
-        self.open = True
-        sent = text.rstrip()
-        self.held = text[len(sent) :]
-        return sent
-
-    def end(self) -> None:
-        self.open, self.held = False, ""
-
-
 class _ReasoningStream:
     """One reply's text split into reasoning and normal text by the core
     (``DetokenizerState`` over ``TEXT_BYTES``, ``tools="inline"``): a tool call's body stays
@@ -232,7 +207,7 @@ class _ReasoningStream:
             TEXT_BYTES, prompt_ids=list(opened.encode()), skip_special_tokens=False, eos_token_ids=(),
             tags=tags, reasoning="separate", tools="inline", keep_log=False,
         )
-        self.reasoning, self.content = _Edge(), _Edge()
+        self.reasoning, self.content = Edge(), Edge()
 
     def step(self, text: str, at_end: bool) -> tuple[str, str]:
         """``text``'s reasoning and normal text (and, ``at_end``, what the stream held)."""

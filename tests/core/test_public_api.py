@@ -13,6 +13,7 @@ PUBLIC = {
     "ChatParts",
     "ChatStream",
     "Delta",
+    "Edge",
     "DetokError",
     "DetokenizerState",
     "IncrementalDetokenizer",
