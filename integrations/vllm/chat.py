@@ -114,7 +114,7 @@ def _end_ids(tokenizer: Any, request: Any, parser: Any) -> frozenset[int]:
     the parser's ``engine_stop_ids`` (the model's generation config), read at the finish
     only."""
     stop = getattr(request, "stop_token_ids", None)
-    ends = _tokenizer_eos(tokenizer) | parser.engine_stop_ids
+    ends: frozenset[int] = _tokenizer_eos(tokenizer) | parser.engine_stop_ids
     return ends.union(stop) if stop else ends
 
 
