@@ -35,7 +35,10 @@ replay. The plugin is switched on through its real entry point (``DETOK_PLUGIN=1
 ``register()``) while its processor's requests are added, and off again with ``unregister()``.
 
 Last, a request's setup (``setup_replay``): ``OutputProcessor.add_request`` per request, stock
-against the plugin (the floor beside them), in CPU time, the modes taking turns.
+against the plugin (the floor beside them), in CPU time, the modes taking turns; and the same
+with the first engine step after it (each request's first text), since a setup may leave its
+work to that step (vLLM's ``DecodeStream(ids=prompt)`` decodes the whole prompt there), at
+several prompt lengths (``--setup-prompt-len``).
 
 Run: ``.venv/bin/python benchmarks/bench_vllm_output_processor.py [--repeats 5] [--quick]``
 """
@@ -216,21 +219,29 @@ def isolated_replay(tok, work, *, stops: str) -> dict[str, float]:
     return {mode: total / (steps * len(work)) for mode, total in totals.items()}
 
 
-def setup_replay(tok, work, *, stops: str) -> dict[str, float]:
+def setup_replay(tok, work, *, stops: str) -> tuple[dict[str, float], dict[str, float]]:
     """CPU µs per request of ``OutputProcessor.add_request`` (the request's detokenizer
-    built from its prompt, and vLLM's own state around it) for each of ``MODES``, the
-    requests built untimed; the modes take turns, each adding every request of ``work``."""
-    spent = {}
+    built from its prompt, and vLLM's own state around it) for each of ``MODES``, and of the
+    first engine step that follows (``process_outputs`` with each request's first id: its
+    first text), the requests and the step's outputs built untimed; the modes take turns,
+    each adding every request of ``work``. The first step counts because a setup may leave
+    work to it: vLLM's ``DecodeStream(ids=prompt)`` decodes the prompt at its first step."""
+    spent, first = {}, {}
     for mode in MODES:
         reqs = requests(work, stops=stops)
+        step = [EngineCoreOutput(request_id=f"r{r}", new_token_ids=[out[0]]) for r, (_, out) in enumerate(work)]
         with _switched(tok, mode):
             op = OutputProcessor(tok, log_stats=False)
             gc.collect()
             t0 = time.process_time_ns()
             for request in reqs:
                 op.add_request(request, None)
-            spent[mode] = (time.process_time_ns() - t0) / len(reqs) / 1e3
-    return spent
+            t1 = time.process_time_ns()
+            op.process_outputs(step)
+            t2 = time.process_time_ns()
+            spent[mode] = (t1 - t0) / len(reqs) / 1e3
+            first[mode] = (t2 - t1) / len(reqs) / 1e3
+    return spent, first
 
 
 class _switched:
@@ -272,6 +283,8 @@ def main() -> None:
     ap.add_argument("--tokenizer", default="qwen3", choices=["qwen3", "mistral_v1"])
     ap.add_argument("--concurrency", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--isolated-requests", type=int, default=256, help="live requests in the detokenizers-alone table")
+    ap.add_argument("--setup-prompt-len", type=int, nargs="+", default=[16, 64, 1024],
+                    help="prompt lengths of the setup table")
     ap.add_argument("--quick", action="store_true", help="2 repeats, 32 steps")
     args = ap.parse_args()
     if args.quick:
@@ -339,19 +352,25 @@ def main() -> None:
     )
     print(table(iso_rows, ["stops", "requests", "stock ns", "plugin ns", "bare ns", "plugin/stock"]))
     setup_rows = []
-    for stops in STOP_MODES:
-        work = workload(tok, args.isolated_requests, args.steps, args.prompt_len)
-        forget(tok)
-        setup_replay(tok, work, stops=stops)  # warm-up (the stop automata are built once, then cached)
-        got = [setup_replay(tok, work, stops=stops) for _ in range(max(args.repeats, 5))]
-        med = {m: statistics.median(g[m] for g in got) for m in MODES}
-        setup_rows.append((LABELS[stops], args.isolated_requests, f"{med['stock']:.1f}", f"{med['plugin']:.1f}",
-                           f"{med['floor']:.1f}", f"{statistics.median(g['plugin'] / g['stock'] for g in got):.2f}x"))
+    for prompt_len in args.setup_prompt_len:
+        for stops in STOP_MODES:
+            work = workload(tok, args.isolated_requests, args.steps, prompt_len)
+            forget(tok)
+            setup_replay(tok, work, stops=stops)  # warm-up (the stop automata are built once, then cached)
+            got = [setup_replay(tok, work, stops=stops) for _ in range(max(args.repeats, 5))]
+            add = {m: statistics.median(g[0][m] for g in got) for m in MODES}
+            both = {m: statistics.median(g[0][m] + g[1][m] for g in got) for m in MODES}
+            setup_rows.append((
+                prompt_len, LABELS[stops], f"{add['stock']:.1f}", f"{add['plugin']:.1f}", f"{add['floor']:.1f}",
+                f"{statistics.median(g[0]['plugin'] / g[0]['stock'] for g in got):.2f}x",
+                f"{both['stock']:.1f}", f"{both['plugin']:.1f}", f"{both['floor']:.1f}",
+                f"{statistics.median((g[0]['plugin'] + g[1]['plugin']) / (g[0]['stock'] + g[1]['stock']) for g in got):.2f}x",
+            ))
     print()
-    print(f"A request's setup: OutputProcessor.add_request (its detokenizer from a {args.prompt_len}-id prompt), "
-          "CPU µs per request, median of interleaved rounds")
-    print(table(setup_rows, ["stops", "requests", "stock µs", "plugin µs", "floor µs", "plugin/stock"]))
-
+    print(f"A request's setup, {args.isolated_requests} requests: OutputProcessor.add_request (its detokenizer from the "
+          "prompt), and with the first engine step (its first text), CPU µs per request, median of interleaved rounds")
+    print(table(setup_rows, ["prompt ids", "stops", "add: stock", "plugin", "floor", "plugin/stock",
+                             "add + 1st step: stock", "plugin", "floor", "plugin/stock"]))
 
 if __name__ == "__main__":
     main()
