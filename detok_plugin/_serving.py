@@ -291,7 +291,8 @@ class ServingStream:
         at = len(self.token_ids)
         if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
             raise TokenTypeError(ids, at, self.request_id)
-        batch = [as_id(v, at + k, self.request_id) for k, v in enumerate(ids)]
+        rid = self.request_id  # a property: read once, not per id
+        batch = [v if type(v) is int else as_id(v, at + k, rid) for k, v in enumerate(ids)]
         parts, consumed = [], 0
         for token_id in batch:
             parts.append(self.push_text(token_id))
