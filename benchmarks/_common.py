@@ -69,3 +69,15 @@ def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
     lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def built_qwen3():
+    """Qwen3's real tokenizer as the test venv built it, for a venv (SGLang's) that lacks the
+    package ``tokenizer_zoo`` keys its directory by."""
+    from transformers import AutoTokenizer
+
+    built = sorted(tokenizer_zoo.CACHE_DIR.glob("qwen3-*/tokenizer.json"))
+    if not built:
+        raise SystemExit("build Qwen3's tokenizer first: .venv/bin/python -c \"import sys; sys.path.insert(0, 'tests/support'); "
+                         "import tokenizer_zoo; tokenizer_zoo.directory('qwen3')\"")
+    return AutoTokenizer.from_pretrained(built[-1].parent)

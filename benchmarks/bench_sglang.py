@@ -41,7 +41,7 @@ import types
 from array import array
 from typing import Any
 
-from _common import PARAGRAPHS, table, token_stream, tokenizer_zoo
+from _common import PARAGRAPHS, built_qwen3, table, token_stream
 
 os.environ["DETOK_PLUGIN"] = "1"
 
@@ -231,24 +231,12 @@ def measure(
     return {name: (net(name, 0, per), net(name, 1, steady_per)) for name in runs if name != "harness"}
 
 
-def qwen3() -> Any:
-    """Qwen3's real tokenizer, as the test venv built it (``tokenizer_zoo``: its directory is
-    keyed by a package this venv does not have)."""
-    from transformers import AutoTokenizer
-
-    built = sorted(tokenizer_zoo.CACHE_DIR.glob("qwen3-*/tokenizer.json"))
-    if not built:
-        raise SystemExit("build Qwen3's tokenizer first: .venv/bin/python -c \"import sys; sys.path.insert(0, 'tests/support'); "
-                         "import tokenizer_zoo; tokenizer_zoo.directory('qwen3')\"")
-    return AutoTokenizer.from_pretrained(built[-1].parent)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    tok = qwen3()
+    tok = built_qwen3()
     tok.additional_stop_token_ids = None  # what SGLang's get_tokenizer adds
     prompt = tok.encode("Write a few paragraphs, please.", add_special_tokens=False)
     rows = []

@@ -24,7 +24,7 @@ import argparse
 import json
 from typing import Any
 
-from _common import PARAGRAPHS, interleaved_medians, table, tokenizer_zoo
+from _common import PARAGRAPHS, built_qwen3, interleaved_medians, table
 from detok_plugin.integrations.sglang import parsers
 
 TOOLS = [
@@ -79,18 +79,6 @@ def stream(names: tuple[str, str], pieces: list[str], tools: list[Any], tok: Any
     return {"reasoning": "".join(reasoning), "content": "".join(content), "calls": list(calls.values())}
 
 
-def qwen3() -> Any:
-    """Qwen3's real tokenizer, as the test venv built it (as ``bench_sglang.qwen3``:
-    ``tokenizer_zoo`` keys its directory by a package this venv does not have)."""
-    from transformers import AutoTokenizer
-
-    built = sorted(tokenizer_zoo.CACHE_DIR.glob("qwen3-*/tokenizer.json"))
-    if not built:
-        raise SystemExit("build Qwen3's tokenizer first: .venv/bin/python -c \"import sys; sys.path.insert(0, 'tests/support'); "
-                         "import tokenizer_zoo; tokenizer_zoo.directory('qwen3')\"")
-    return AutoTokenizer.from_pretrained(built[-1].parent)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--paragraphs", type=int, default=8)
@@ -101,7 +89,7 @@ def main() -> None:
 
     if not parsers.install():
         raise SystemExit(f"the detok parsers did not register: {parsers.parser_problems()}")
-    tok = qwen3()
+    tok = built_qwen3()
     pieces = deltas(tok, reply(args.paragraphs, args.calls))
     tools = [Tool(**t) for t in TOOLS]
     configs = {"stock": ("qwen3", "qwen25"), "detok": (parsers.PREFIX + "qwen3", parsers.PREFIX + "qwen25")}
