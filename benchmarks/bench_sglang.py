@@ -42,11 +42,11 @@ from array import array
 from typing import Any
 
 from _common import PARAGRAPHS, built_qwen3, table, token_stream
+from sglang_replay import detokenizer_manager
 
 os.environ["DETOK_PLUGIN"] = "1"
 
 from detok_plugin.integrations import sglang as shim  # noqa: E402
-from sglang.srt.managers.detokenizer_manager import DetokenizerManager, LimitedCapacityDict  # noqa: E402
 from sglang.srt.managers.schedule_batch import Req  # noqa: E402
 from sglang.srt.sampling.sampling_params import SamplingParams  # noqa: E402
 
@@ -134,23 +134,13 @@ def payloads(ids: list[list[int]], prompt: list[int]) -> list[Any]:
     return steps
 
 
-def manager(tok: Any) -> Any:
-    m = DetokenizerManager.__new__(DetokenizerManager)
-    m.tokenizer, m.vocab_size = tok, len(tok)
-    m.decode_status = LimitedCapacityDict(capacity=1 << 16)
-    m.disable_tokenizer_batch_decode = False
-    m.is_tool_call_parser_gpt_oss = False
-    m.tool_close_token_ids = frozenset()
-    return m
-
-
 def run_detokenizer(
     tok: Any, steps: list[Any], harness: bool = False, step: Any = None
 ) -> tuple[tuple[int, int], list[str]]:
     """Nanoseconds for every step's batch, and for the steps between the first (each
     request's setup) and the last (each request's end); each request's text. ``harness``:
     the loop alone, its call a no-op; ``step``: this function in place of SGLang's."""
-    m = manager(tok)
+    m = detokenizer_manager(tok)
     decode = _no_step if harness else step or m._decode_batch_token_id_output
     t0 = time.process_time_ns()
     first = decode(steps[0])

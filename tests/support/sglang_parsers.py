@@ -29,23 +29,12 @@ import time
 import types
 from typing import Any
 
+from sglang_replay import detokenizer_manager
+
 START = time.perf_counter()
 
 #: A request's id in the detokenizer's batch.
 RID = "fixture"
-
-
-def detokenizer(tok: Any) -> Any:
-    """SGLang's ``DetokenizerManager`` with the state its step reads (as ``sglang_replay``)."""
-    from sglang.srt.managers.detokenizer_manager import DetokenizerManager, LimitedCapacityDict
-
-    manager = DetokenizerManager.__new__(DetokenizerManager)
-    manager.tokenizer, manager.vocab_size = tok, len(tok)
-    manager.decode_status = LimitedCapacityDict(capacity=1 << 10)
-    manager.disable_tokenizer_batch_decode = False
-    manager.is_tool_call_parser_gpt_oss = False
-    manager.tool_close_token_ids = frozenset()
-    return manager
 
 
 def texts(manager: Any, job: dict[str, Any], tail: list[int], groups: list[list[int]]) -> list[str]:
@@ -173,7 +162,7 @@ one character per delta."""
     from sglang.srt.entrypoints.openai.protocol import Tool
 
     tools = [Tool(**t) for t in job["tools"]]
-    manager = detokenizer(tok)
+    manager = detokenizer_manager(tok, capacity=1 << 10)
     tail = list(tok.encode(job["prompt"], add_special_tokens=False))[-job["prompt_tail_ids"] :] if job["prompt"] else []
     deltas = {strategy: texts(manager, job, tail, groups) for strategy, groups in job["chunks"].items()}
     out: dict[str, Any] = {}

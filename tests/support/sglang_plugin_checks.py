@@ -19,7 +19,7 @@ import sys
 from array import array
 from typing import Any
 
-from sglang_replay import byte_ids, enc
+from sglang_replay import byte_ids, detokenizer_manager, enc
 
 STOP = "\n\nUser:"
 
@@ -248,16 +248,9 @@ def detokenizer_hand_over() -> dict[str, Any]:
     import types
 
     from detok_plugin.integrations.sglang import register
-    from sglang.srt.managers.detokenizer_manager import DetokenizerManager, LimitedCapacityDict
-
     register()
     tok = _tokenizer()
-    m = DetokenizerManager.__new__(DetokenizerManager)
-    m.tokenizer, m.vocab_size = tok, len(tok)
-    m.decode_status = LimitedCapacityDict(capacity=1 << 16)
-    m.disable_tokenizer_batch_decode = False
-    m.is_tool_call_parser_gpt_oss = False
-    m.tool_close_token_ids = frozenset()
+    m = detokenizer_manager(tok)
     context = enc(tok, "Q: ")
     ids = enc(tok, "Hi ") + byte_ids(tok, "你好🫨".encode()) + enc(tok, " ok")
     texts = {"a": "", "b": ""}

@@ -164,18 +164,26 @@ def _settled(tok: Any, text: Any, out: list[int], k: int, stops: list[str], fina
     return len(os.path.commonprefix([base, final]))
 
 
-def run(tok: Any, named: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Every case of one tokenizer, in one batch, through SGLang's scheduler and detokenizer."""
+def detokenizer_manager(tok: Any, capacity: int = 1 << 16) -> Any:
+    """SGLang's own ``DetokenizerManager`` with the state its step reads, built without its
+    ``__init__`` (which starts the process's sockets)."""
     from sglang.srt.managers.detokenizer_manager import DetokenizerManager, LimitedCapacityDict
-    from sglang.srt.managers.schedule_batch import Req
-    from sglang.srt.sampling.sampling_params import SamplingParams
 
     manager = DetokenizerManager.__new__(DetokenizerManager)
     manager.tokenizer, manager.vocab_size = tok, len(tok)
-    manager.decode_status = LimitedCapacityDict(capacity=1 << 16)
+    manager.decode_status = LimitedCapacityDict(capacity=capacity)
     manager.disable_tokenizer_batch_decode = False
     manager.is_tool_call_parser_gpt_oss = False
     manager.tool_close_token_ids = frozenset()
+    return manager
+
+
+def run(tok: Any, named: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Every case of one tokenizer, in one batch, through SGLang's scheduler and detokenizer."""
+    from sglang.srt.managers.schedule_batch import Req
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    manager = detokenizer_manager(tok)
     reqs: dict[str, Any] = {}
     for name, case in named.items():
         sp = SamplingParams(
