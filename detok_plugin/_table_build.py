@@ -6,6 +6,7 @@ cache that builds each tokenizer's table once (``build_table``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import random
 import threading
@@ -172,38 +173,24 @@ def _verification_sample(table: TokenTable) -> list[list[int]]:
     return cases
 
 
-_cache_lock = threading.Lock()
-_weak_cache: weakref.WeakKeyDictionary[Any, tuple[TokenTable | None, str]] = weakref.WeakKeyDictionary()
-_strong_cache: dict[int, tuple[Any, tuple[TokenTable | None, str]]] = {}
-
-
-# The tables found so far by the tokenizer's id, read without the lock: an entry counts
-# only while its weak reference still returns that very tokenizer.
+_cache_lock = threading.Lock()  # held while a table is built: each is built once
+# Each tokenizer's table by the tokenizer's id, read without the lock (a request's opening
+# asks once): an entry counts only while its weak reference returns that very tokenizer,
+# and goes with the tokenizer.
 _by_id: dict[int, tuple[weakref.ref[Any], tuple[TokenTable | None, str]]] = {}
+# Tokenizers that take no weak reference, kept alive here: at most 32.
+_strong_cache: dict[int, tuple[Any, tuple[TokenTable | None, str]]] = {}
 
 
 def build_table(tokenizer: Any) -> tuple[TokenTable | None, str]:
     """The verified table for ``tokenizer`` (cached), or ``(None, why)`` for the generic path."""
-    entry = _by_id.get(id(tokenizer))
-    if entry is not None and entry[0]() is tokenizer:
-        return entry[1]
+    hit = _cached(tokenizer)
+    if hit is not None:
+        return hit
     if isinstance(tokenizer, TokenTable):
         return tokenizer, "prebuilt table"
-    result = _build_cached(tokenizer)
-    with contextlib.suppress(TypeError):  # no weak reference: the locked caches only
-        if len(_by_id) >= 64:  # tokenizers made and dropped, one after another
-            _by_id.clear()
-        _by_id[id(tokenizer)] = (weakref.ref(tokenizer), result)
-    return result
-
-
-def _build_cached(tokenizer: Any) -> tuple[TokenTable | None, str]:
     with _cache_lock:
-        try:
-            hit = _weak_cache.get(tokenizer)
-        except TypeError:
-            entry = _strong_cache.get(id(tokenizer))
-            hit = entry[1] if entry is not None and entry[0] is tokenizer else None
+        hit = _cached(tokenizer)  # another thread may have built it meanwhile
         if hit is not None:
             return hit
         table, why = _try_build(tokenizer)
@@ -212,10 +199,31 @@ def _build_cached(tokenizer: Any) -> tuple[TokenTable | None, str]:
             if mismatch is not None:
                 table, why = None, mismatch
         result = (table, why)
-        try:
-            _weak_cache[tokenizer] = result
-        except TypeError:
-            if len(_strong_cache) >= 32:
-                _strong_cache.pop(next(iter(_strong_cache)))
-            _strong_cache[id(tokenizer)] = (tokenizer, result)
+        _keep(tokenizer, result)
         return result
+
+
+def _cached(tokenizer: Any) -> tuple[TokenTable | None, str] | None:
+    key = id(tokenizer)
+    entry = _by_id.get(key)
+    if entry is not None and entry[0]() is tokenizer:
+        return entry[1]
+    kept = _strong_cache.get(key)
+    return kept[1] if kept is not None and kept[0] is tokenizer else None
+
+
+def _keep(tokenizer: Any, result: tuple[TokenTable | None, str]) -> None:
+    key = id(tokenizer)
+    try:
+        _by_id[key] = (weakref.ref(tokenizer, functools.partial(_drop, key)), result)
+    except TypeError:  # no weak reference
+        if len(_strong_cache) >= 32:
+            _strong_cache.pop(next(iter(_strong_cache)))
+        _strong_cache[key] = (tokenizer, result)
+
+
+def _drop(key: int, ref: weakref.ref[Any]) -> None:
+    """A tokenizer went: its entry goes (unless the id already names a newer one's)."""
+    entry = _by_id.get(key)
+    if entry is not None and entry[0] is ref:
+        _by_id.pop(key, None)

@@ -1,9 +1,10 @@
 """Token tables: what each token id contributes to the decoded text, per tokenizer family.
 
 A table is built once per tokenizer, verified against the tokenizer's own ``decode`` and
-cached (``_table_build.build_table``); every stream on that tokenizer shares it, across threads. What it is built from is
-immutable; the memos that streams fill in as they run are filled so that any thread may
-read them without a lock (``TokenTable``, "Sharing across threads").
+cached (``_table_build.build_table``); every stream on that tokenizer shares it, across
+threads. What it is built from is immutable; the memos that streams fill in as they run
+are filled so that any thread may read them without a lock (``TokenTable``, "Sharing
+across threads").
 
 Families:
 
@@ -248,6 +249,3 @@ def decode_with_table(table: TokenTable, ids: Sequence[int], *, skip_special_tok
     if table.strip_leading_space and text.startswith(" "):
         text = text[1:]
     return text
-
-
-# --- building -------------------------------------------------------------------------
