@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from detok_plugin import ChatStream, TagSet, families, live_tags
@@ -118,25 +118,34 @@ def _end_ids(tokenizer: Any, request: Any, parser: Any) -> frozenset[int]:
     return ends.union(stop) if stop else ends
 
 
-#: Per tokenizer (by identity, the tokenizer kept alive with its entry): its EOS id as a set.
-#: A Hugging Face tokenizer's ``eos_token_id`` is a property that looks the token up.
+def _kept(memo: dict[int, tuple[Any, frozenset[int]]], obj: Any, read: Callable[[Any], frozenset[int]]) -> frozenset[int]:
+    """``read(obj)``, kept per object in ``memo`` (by identity, the object kept alive with
+    its entry; a server has one or two, so at most 8 before they start again)."""
+    got = memo.get(id(obj))
+    if got is not None and got[0] is obj:
+        return got[1]
+    ids = read(obj)
+    if len(memo) >= 8:
+        memo.clear()
+    memo[id(obj)] = (obj, ids)
+    return ids
+
+
+#: Per tokenizer: its EOS id as a set (a Hugging Face tokenizer's ``eos_token_id`` is a
+#: property that looks the token up).
 _EOS: dict[int, tuple[Any, frozenset[int]]] = {}
 
 
 def _tokenizer_eos(tokenizer: Any) -> frozenset[int]:
-    got = _EOS.get(id(tokenizer))
-    if got is not None and got[0] is tokenizer:
-        return got[1]
+    return _kept(_EOS, tokenizer, _read_eos)
+
+
+def _read_eos(tokenizer: Any) -> frozenset[int]:
     eos = getattr(tokenizer, "eos_token_id", None)
-    ids = frozenset([eos] if isinstance(eos, int) else [])
-    if len(_EOS) >= 8:
-        _EOS.clear()
-    _EOS[id(tokenizer)] = (tokenizer, ids)
-    return ids
+    return frozenset([eos] if isinstance(eos, int) else [])
 
 
-#: Per model config (by identity, the config kept alive with its entry): its generation
-#: config's EOS ids. A server has one or two.
+#: Per model config: its generation config's EOS ids.
 _GENERATION_EOS: dict[int, tuple[Any, frozenset[int]]] = {}
 
 
@@ -145,21 +154,16 @@ def generation_stop_ids(model_config: Any) -> frozenset[int]:
     ``eos_token_id`` (an int or a list), which vLLM adds to every request's stop token ids
     (``SamplingParams.update_from_generation_config``) and never renders as text. Gemma 4
     stops on ``<|tool_response>`` after a call, Llama 3 on ``<|eom_id|>``."""
-    if model_config is None:
-        return frozenset()
-    got = _GENERATION_EOS.get(id(model_config))
-    if got is not None and got[0] is model_config:
-        return got[1]
+    return frozenset() if model_config is None else _kept(_GENERATION_EOS, model_config, _read_generation_eos)
+
+
+def _read_generation_eos(model_config: Any) -> frozenset[int]:
     try:
         fields = model_config.try_get_generation_config() or {}
     except Exception:  # no generation config to read: the tokenizer's EOS stands alone
         fields = {}
     eos = fields.get("eos_token_id") if isinstance(fields, dict) else None
-    ids = frozenset([eos] if isinstance(eos, int) else [i for i in eos or () if isinstance(i, int)])
-    if len(_GENERATION_EOS) >= 8:
-        _GENERATION_EOS.clear()
-    _GENERATION_EOS[id(model_config)] = (model_config, ids)
-    return ids
+    return frozenset([eos] if isinstance(eos, int) else [i for i in eos or () if isinstance(i, int)])
 
 
 def _tool_dicts(request: Any) -> list[dict[str, Any]] | None:
