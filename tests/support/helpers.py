@@ -74,15 +74,15 @@ def _gpt2_bytes() -> dict[str, int]:
     return {**{chr(b): b for b in keep}, **{chr(256 + n): b for n, b in enumerate(extra)}}
 
 
-_GPT2 = _gpt2_bytes()
+GPT2_BYTES = _gpt2_bytes()  # character -> byte
 
 
 def _piece_bytes(piece: str) -> bytes | None:
     """A token's bytes: ``<0xNN>`` (SentencePiece byte fallback) or a byte-level piece."""
     if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
         return bytes((int(piece[3:5], 16),))
-    if all(c in _GPT2 for c in piece):
-        return bytes(_GPT2[c] for c in piece)
+    if all(c in GPT2_BYTES for c in piece):
+        return bytes(GPT2_BYTES[c] for c in piece)
     return None
 
 

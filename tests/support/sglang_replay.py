@@ -28,6 +28,8 @@ import types
 from array import array
 from typing import Any
 
+from helpers import GPT2_BYTES
+
 STOP_USER = "\n\nUser:"
 
 
@@ -35,26 +37,18 @@ def byte_ids(tok: Any, data: bytes) -> list[int]:
     """One token per byte (SentencePiece ``<0xNN>`` pieces, or byte-level BPE's byte tokens)."""
     if tok.convert_tokens_to_ids("<0xE4>") not in (None, tok.unk_token_id):
         return [tok.convert_tokens_to_ids(f"<0x{b:02X}>") for b in data]
-    table = _bytes_to_unicode()
+    table = _BYTE_CHARS
     return [tok.convert_tokens_to_ids(table[b]) for b in data]
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
+#: GPT-2's byte -> character map (byte-level BPE pieces spell bytes with it).
+_BYTE_CHARS = {b: c for c, b in GPT2_BYTES.items()}
 
 
 def char_ids(tok: Any, text: str) -> list[int]:
     """One token per character where the vocabulary has it alone, else the character's bytes."""
     out = []
-    table = _bytes_to_unicode()
+    table = _BYTE_CHARS
     for c in text:
         data = c.encode()
         candidates = [c, "".join(table[b] for b in data)]
