@@ -11,12 +11,14 @@ takes the common token itself:
     ``max_tokens``: then the reference would append the id, release that text and change
     nothing else, so this class does exactly that, without the call.
 
-While only the *boundary* is at rest (the decoder may hold the bytes of an unfinished
-character), an id in the vocabulary that is no stop id and does not reach ``max_tokens`` is
-fed to the reference's own decoder here; when the text it settles holds no first character
-of a stop, and what the decoder now holds cannot complete one, that text leaves and nothing
-else changes, as in the reference's ``push_text``; otherwise the reference's boundary takes
-that text. Held bytes can complete a stop only as real characters: a byte-level tail never
+While the *boundary* is live (the decoder may hold the bytes of an unfinished character, a
+stop may be partly matched), an id in the vocabulary that is no stop id and does not reach
+``max_tokens`` is fed to the reference's own decoder here; when no stop is partly matched,
+the text it settles holds no first character of a stop, and what the decoder now holds cannot
+complete one, that text leaves and nothing else changes, as in the reference's ``push_text``;
+otherwise the reference's boundary takes that text (a partial stop goes on, is given up or
+completes), and only what it holds and whether a stop is still partly matched are read back
+while it stays live. Held bytes can complete a stop only as real characters: a byte-level tail never
 (rendered final it is U+FFFD), a SentencePiece byte run once it ends on a whole character
 (its characters show before the run closes), and either when a stop has U+FFFD (then every
 id goes to the reference). This is every split character's path (an emoji is three or
@@ -92,6 +94,7 @@ class ServingStream:
         "stop_reason",
         "held",
         "_fed_below",
+        "_partial",
         "_runs",
         "_dec",
         "_vocab",
@@ -111,7 +114,10 @@ class ServingStream:
     held: str
     _rest: dict[int, str | None] | None  # _known while the reference is at rest, else None
     _fed_below: int  # ids below it may be fed to the decoder here: _size while the
-    # reference's boundary is at rest (the decoder may hold bytes), else 0
+    # reference's boundary is live (the decoder may hold bytes, a stop may be partly
+    # matched), else 0
+    _partial: bool  # the reference's boundary is live with a stop partly matched: every
+    # fed text goes to it
     _runs: bool  # what the decoder holds may complete a stop (state._held_may_stop)
     _dec: StreamDecoder  # the reference's decoder
     _vocab: Sequence[bytes | str | None] | None  # the table's pieces (None: a hole)
@@ -221,11 +227,14 @@ class ServingStream:
                 dec = self._dec
                 text = dec.feed_one(token_id)
                 self.token_ids.append(token_id)
-                if (text and self._first is not None and self._first(text) is not None) or (self._runs and self._held_shows()):
-                    # A stop may start in it, or complete in what the decoder holds: the
-                    # reference's boundary decides, as its push_text would.
-                    text = self._reference()._text_boundary(text)  # noqa: SLF001 (one package)
-                    self._caught_up()
+                if (
+                    self._partial
+                    or (text and self._first is not None and self._first(text) is not None)
+                    or (self._runs and self._held_shows())
+                ):
+                    # A stop is partly matched, may start in it, or may complete in what the
+                    # decoder holds: the reference's boundary decides, as its push_text would.
+                    return self._through_boundary(text)
                 else:
                     self._rest = self._known if dec.idle else None
                 return text
@@ -252,6 +261,9 @@ class ServingStream:
         return self._follow(ids, n)
 
     def _follow(self, ids: Sequence[int], n: int) -> bool:
+        if len(ids) == n + 1:  # one new id: the common step
+            self.push_text(ids[n])
+            return self.finish_reason is None and not self.held
         if len(ids) < n:
             return False
         push = self.push_text
@@ -335,21 +347,38 @@ class ServingStream:
     def request_id(self) -> str | None:
         return self._opening[2]
 
+    def _through_boundary(self, text: str) -> str:
+        """An id fed here (appended, the decoder fed) whose settled ``text`` the reference's
+        boundary must take: what leaves. Where the boundary stays live (no stop completed,
+        the common case: a stop's first character, a partial stop going on or given up),
+        only what it holds and its node change, read here; else the whole catch-up."""
+        state = self._reference()
+        text = state._text_boundary(text)  # noqa: SLF001 (one package)
+        node = state._boundary_node()  # noqa: SLF001
+        if node is None:
+            self._caught_up()
+        else:
+            self.held = state.held
+            self._partial = bool(node)
+            self._rest = self._known if not node and self._dec.idle else None
+        return text
+
     def _caught_up(self) -> None:
         """After any call into the reference: mirror its finish, and whether it is at rest."""
         state = self._reference()
         self.finish_reason = state.finish_reason
         self.stop_reason = state.stop_reason
         self.held = state.held  # changes only in the reference: the shortcuts hold nothing
-        self._at_rest(state._boundary_at_rest())  # noqa: SLF001
+        self._at_rest(state._boundary_node())  # noqa: SLF001
 
-    def _at_rest(self, calm: bool = True) -> None:
-        """Which shortcuts apply, ``calm``: the reference's boundary at rest (it is, before
-        the reference is built)."""
-        self._rest = self._known if calm and self._dec.idle else None
+    def _at_rest(self, node: int | None = 0) -> None:
+        """Which shortcuts apply, ``node``: the reference's boundary's (0: at rest, as
+        before the reference is built; a stop partly matched; None: not live)."""
+        self._partial = bool(node)
+        self._rest = self._known if node == 0 and self._dec.idle else None
         # A stop with U+FFFD, which even a byte-level tail may complete, sends every id to
         # the reference (a SentencePiece run's characters are checked after each feed).
-        self._fed_below = self._size if calm and not (self._runs and self._opening[1].fffd_stops) else 0
+        self._fed_below = self._size if node is not None and not (self._runs and self._opening[1].fffd_stops) else 0
 
     def _held_shows(self) -> bool:
         """What the decoder holds renders as characters now (a SentencePiece run that ends
