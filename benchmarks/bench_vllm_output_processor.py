@@ -37,8 +37,9 @@ replay. The plugin is switched on through its real entry point (``DETOK_PLUGIN=1
 Last, a request's setup (``setup_replay``): ``OutputProcessor.add_request`` per request, stock
 against the plugin (the floor beside them), in CPU time, the modes taking turns; and the same
 with the first engine step after it (each request's first text), since a setup may leave its
-work to that step (vLLM's ``DecodeStream(ids=prompt)`` decodes the whole prompt there), at
-several prompt lengths (``--setup-prompt-len``).
+work to that step (vLLM's ``DecodeStream(ids=prompt)`` decodes the whole prompt there, and
+the plugin opens its stream on the prompt there), at several prompt lengths
+(``--setup-prompt-len``).
 
 Run: ``.venv/bin/python benchmarks/bench_vllm_output_processor.py [--repeats 5] [--quick]``
 """

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import Any, TypeAlias
 
 from detok_plugin import ServingStream, TaggedServingStream, TokenIdError
 
@@ -32,6 +32,8 @@ from .xargs import stream_tags
 __all__ = ["VllmDetokenizer", "detokenizer_is_ours", "stock_detokenizer"]
 
 logger = logging.getLogger("vllm.detok_plugin")
+
+_Stream: TypeAlias = ServingStream | TaggedServingStream
 
 class VllmDetokenizer:
     """vLLM's per-request detokenizer contract over a :class:`detok_plugin.ServingStream`.
@@ -59,37 +61,80 @@ class VllmDetokenizer:
     ``output_token_ids`` is the ids vLLM keeps: every id of a step, the stop token included,
     or those up to the one that completed a stop string.
 
+    Setup: ``add_request`` builds this in O(1), the prompt unread (only an empty stop string
+    is refused there); the stream opens on the prompt at the request's first ids, where stock
+    vLLM's ``DecodeStream(ids=prompt)`` decodes the prompt too. A request aborted before its
+    first id never opens one.
+
     Nothing raises into vLLM's loop: should the stream raise anyway (a bug), the request is
-    handed over to vLLM's stock detokenizer, logged (``handover``).
+    handed over to vLLM's stock detokenizer, logged (``handover``); a stream that cannot
+    open serves no id, and the request stays stock from its first id.
     """
 
     # What a step reads comes first.
     __slots__ = (
-        "_stream", "token_ids", "_stock", "_unsent", "_pieces", "_text", "_folded", "_delta_from",
-        "_stop_terminated", "_closed", "_include_stop", "_tokenizer", "_request",
+        "_live", "token_ids", "_stock", "_unsent", "_pieces", "_text", "_folded", "_delta_from",
+        "_stop_terminated", "_closed", "_include_stop", "_stops", "_opened", "_tokenizer", "_request",
     )
 
     def __init__(self, tokenizer: Any, request: Any, *, delta: bool | None = None) -> None:
+        # vLLM builds this in add_request and calls it first at the request's first engine
+        # step: the stream is opened there (_open), which is where its work on the prompt
+        # lands in stock vLLM too (DecodeStream(ids=prompt) decodes the prompt at its first
+        # step). Here only what is O(1) and what refuses the request's options.
         params = request.sampling_params
         stop = params.stop
+        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        if "" in stops:
+            # The core refuses it too (a stop ends after one character at least), as vLLM's
+            # SamplingParams does: refused here, the request stays stock from add_request on.
+            raise ValueError(f"request {request.request_id}: an empty stop string never ends a stream")
+        self._stops = stops
         self._include_stop = bool(params.include_stop_str_in_output)
         if delta is None:
             delta = getattr(params.output_kind, "name", None) == "DELTA"
-        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        self._tokenizer = tokenizer  # kept for the opening and a cumulative call on a DELTA request
+        self._request = request
+        self._opened: _Stream | None = None  # the stream, from the request's first ids on
+        self._live: _Stream | None = None  # the same while it serves (None after a hand-over)
+        # The ids vLLM keeps: from the opening on, the stream's own list of the ids it took,
+        # read here and never changed here; but for a stop token the stream is not fed, which
+        # goes on a copy at the stream's end (see _push).
+        self.token_ids: list[int] = []
+        self._stock: StockHandover | None = None  # set once the stream raised
+        # DELTA: released since the last delta call. None on other kinds, which keep pieces
+        # (so ``_unsent is not None`` is how the adapter tells a DELTA request).
+        self._unsent: str | None = "" if delta else None
+        self._pieces: list[str] = []  # not DELTA: every released piece
+        self._text = ""  # not DELTA: the pieces folded so far
+        self._folded = 0
+        self._delta_from = 0  # the characters delta calls returned so far
+        self._stop_terminated = False  # whether a step said stop_terminated
+        self._closed = False
+
+    def _open(self) -> _Stream:
+        """The request's stream on its prompt, at its first ids (or a read of ``path``).
+
+        vLLM changes neither the request's sampling parameters nor its prompt after
+        ``add_request``, but for a streaming-input (``resumable``) request, which stays stock
+        (``plugin._from_new_request``): what is read here is what add_request was given.
+        """
+        request, stops = self._request, self._stops
+        params = request.sampling_params
         # The verified table is cached per tokenizer object and the stop automaton per stop
-        # tuple, so setup per request is the prompt's decoder state.
+        # tuple, so the opening is the prompt's decoder state.
         # A detok chat parser asked for its reasoning or tool tags (docs/vllm.md, "Chat
         # API"): then stop strings are cut outside reasoning (vllm-project/vllm#53066) and
         # tool-call bodies only. Without stop strings the tags change nothing (they and the
         # bodies stay in the text, which is the decode either way): the plain stream, whose
         # opening and common id cost less.
         tags = stream_tags(params) if stops else None
-        self._stream = (
+        stream = (
             functools.partial(TaggedServingStream.from_tokenizer, tags=tags)
             if tags is not None
             else ServingStream.from_tokenizer
         )(
-            tokenizer,
+            self._tokenizer,
             prompt_ids=request.prompt_token_ids or (),
             skip_special_tokens=params.skip_special_tokens,
             spaces_between_special_tokens=params.spaces_between_special_tokens,
@@ -101,22 +146,17 @@ class VllmDetokenizer:
             request_id=request.request_id,
             on_unknown_id=_log_unknown_id,
         )
-        self._tokenizer = tokenizer  # kept for a cumulative call on a DELTA request
-        self._request = request
-        # The stream's own list of the ids it took, which is what vLLM keeps, read here and
-        # never changed here; but for a stop token the stream is not fed, which goes on a
-        # copy at the stream's end (see _update).
-        self.token_ids: list[int] = self._stream.token_ids
-        self._stock: StockHandover | None = None  # set once the stream raised
-        # DELTA: released since the last delta call. None on other kinds, which keep pieces
-        # (so ``_unsent is not None`` is how the adapter tells a DELTA request).
-        self._unsent: str | None = "" if delta else None
-        self._pieces: list[str] = []  # not DELTA: every released piece
-        self._text = ""  # not DELTA: the pieces folded so far
-        self._folded = 0
-        self._delta_from = 0  # the characters delta calls returned so far
-        self._stop_terminated = False  # whether a step said stop_terminated
-        self._closed = False
+        self._opened = stream
+        if self._stock is None:  # not when a read of ``path`` opens it after a hand-over
+            self._live = stream
+            self.token_ids = stream.token_ids
+        return stream
+
+    @property
+    def _stream(self) -> _Stream:
+        """The request's stream, opened now if no step has opened it yet."""
+        stream = self._opened
+        return self._open() if stream is None else stream
 
     # What stock vLLM's detokenizers expose besides the four calls, with the same meanings
     # (vllm/v1/engine/detokenizer.py: BaseIncrementalDetokenizer and its subclasses), for
@@ -187,9 +227,9 @@ class VllmDetokenizer:
            that completed it are dropped from ``output_token_ids``; the caller trims the
            step's own copy by comparing ``num_output_tokens()`` before and after.
         """
-        if not stop_terminated and len(new_token_ids) == 1 and self._stock is None:
+        stream = self._live
+        if stream is not None and not stop_terminated and len(new_token_ids) == 1:
             # One id, no stop token: the stream's push_text (content only, no Delta built).
-            stream = self._stream
             before = len(self.token_ids)
             try:
                 text = stream.push_text(new_token_ids[0])
@@ -206,25 +246,34 @@ class VllmDetokenizer:
         return self._update(new_token_ids, stop_terminated)
 
     def _update(self, new_token_ids: list[int], stop_terminated: bool) -> str | None:
-        """update() of a step with several ids or a stop token, or after a hand-over."""
+        """update() of a step with several ids or a stop token, the request's first ids,
+        or a step after a hand-over."""
         if self._stock is not None:
             stop = self._stock.update(new_token_ids, stop_terminated)
             self.token_ids = self._stock.token_ids
             return stop
         if not new_token_ids:
             return None
+        stream = self._live
+        if stream is None:  # the request's first ids: its stream opens now
+            try:
+                stream = self._open()
+            except Exception as exc:  # a stream that cannot open serves no id: stock serves all
+                logger.error("detok-plugin: request %s stays stock: %r", self.request_id, exc, exc_info=exc)
+                return self._to_stock(0, new_token_ids, stop_terminated)
+            return self.update(new_token_ids, stop_terminated)
         before = len(self.token_ids)
         try:
-            return self._push(new_token_ids, stop_terminated)
+            return self._push(stream, new_token_ids, stop_terminated)
         except Exception as exc:
             return self._hand_over(exc, before, new_token_ids, stop_terminated)
 
-    def _push(self, new_token_ids: list[int], stop_terminated: bool) -> str | None:
+    def _push(self, stream: _Stream, new_token_ids: list[int], stop_terminated: bool) -> str | None:
         self._stop_terminated = self._stop_terminated or stop_terminated
         unfed = stop_terminated and not self._include_stop
         fed = new_token_ids[:-1] if unfed else new_token_ids
         if fed:
-            delta = self._stream.push(fed)
+            delta = stream.push(fed)
             if delta.text:
                 self._keep(delta.text)
             if delta.finish_reason == "stop" and isinstance(delta.stop_reason, str):
@@ -232,7 +281,7 @@ class VllmDetokenizer:
                 return delta.stop_reason
         if unfed:
             # The stop token ends the request and is kept, but the stream was not fed it.
-            self.token_ids = [*self._stream.token_ids, new_token_ids[-1]]
+            self.token_ids = [*stream.token_ids, new_token_ids[-1]]
         return None
 
     def _keep(self, text: str) -> None:
@@ -277,14 +326,15 @@ class VllmDetokenizer:
     def _close(self) -> None:
         """Release what the stream holds at the end (a stop string closed it already, or not)."""
         self._closed = True
-        if self._stream.finished:
+        stream = self._opened
+        if stream is None or stream.finished:  # never opened: no id, no text
             return
         try:
             # vLLM's own detokenizer never releases a trailing U+FFFD: a character that
             # max_tokens or an abort cut shows as nothing there, and so here (docs/design.md).
-            tail = self._stream.finish(drop_incomplete=True).text
+            tail = stream.finish(drop_incomplete=True).text
         except Exception as exc:
-            fed = len(self._stream.token_ids)  # all but a stop token not fed to it
+            fed = len(stream.token_ids)  # all but a stop token not fed to it
             self._hand_over(exc, fed, self.token_ids[fed:], self._stop_terminated)
             return
         if tail:
@@ -301,6 +351,12 @@ class VllmDetokenizer:
         (``handover``), starting from the ids before the failing step, then that step.
         Text the stream released stays released, vLLM not yet given it or not."""
         _log_hand_over(self.request_id, exc)
+        return self._to_stock(before, new_token_ids, stop_terminated)
+
+    def _to_stock(self, before: int, new_token_ids: list[int], stop_terminated: bool) -> str | None:
+        """vLLM's stock detokenizer, fed the first ``before`` ids, serves the rest from
+        ``new_token_ids`` on, after the text the stream released."""
+        self._live = None
         self._fold()
         if self._unsent is not None:  # DELTA: what was sent is not kept, only counted
             released, pending = "", self._unsent
