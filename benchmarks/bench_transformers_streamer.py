@@ -154,18 +154,23 @@ def main() -> None:
         for name in makers:
             results[name][f"us_per_put_{label}"] = med[name] / (len(seq) + 2) * 1e6
 
-    # 3. A request's setup: the streamer built and the prompt put (what precedes the first token).
-    def setups(make: Callable[[], Any]) -> Callable[[], None]:
+    # 3. A request's setup: the streamer built and the prompt put (what precedes the first
+    # token); then the same and the first token's put (what precedes its text on the queue).
+    def setups(make: Callable[[], Any], first: Sequence[Any]) -> Callable[[], None]:
         def run() -> None:
             for _ in range(SETUP_BATCH):
-                make().put(prompt)
+                streamer = make()
+                streamer.put(prompt)
+                for step in first:
+                    streamer.put(step)
 
         return run
 
-    setup = interleaved_medians({name: setups(make) for name, make in makers.items()},
-                                repeats=max(args.repeats, 15) * 4, warmup=2)
+    runners = {f"{name}+{k}": setups(make, steps[:k]) for name, make in makers.items() for k in (0, 1)}
+    setup = interleaved_medians(runners, repeats=max(args.repeats, 15) * 4, warmup=2)
     for name in makers:
-        results[name]["setup_us"] = setup[name] / SETUP_BATCH * 1e6
+        results[name]["setup_us"] = setup[f"{name}+0"] / SETUP_BATCH * 1e6
+        results[name]["setup_first_put_us"] = setup[f"{name}+1"] / SETUP_BATCH * 1e6
 
     base = results["TextIteratorStreamer"]
     rows = []
@@ -181,6 +186,8 @@ def main() -> None:
                 f"{r['mean_delay_tokens']:.1f}",
                 f"{r['setup_us']:.1f}",
                 f"{r['setup_us'] / base['setup_us']:.2f}x",
+                f"{r['setup_first_put_us']:.1f}",
+                f"{r['setup_first_put_us'] / base['setup_first_put_us']:.2f}x",
             ]
         )
     print(
@@ -191,7 +198,8 @@ def main() -> None:
         table(
             rows,
             ["streamer", f"µs/put ({len(ids)} tok)", f"µs/put ({len(long_steps)} tok)",
-             "ratio", "ratio x8", "late chars", "mean delay (tok)", "setup µs", "setup ratio"],
+             "ratio", "ratio x8", "late chars", "mean delay (tok)", "setup µs", "setup ratio",
+             "setup+1st put µs", "ratio"],
         )
     )
 

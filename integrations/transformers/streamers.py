@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, get_args
 
-from detok_plugin import Delta, DetokenizerState, TagSet, TokenIdError
+from detok_plugin import Delta, DetokenizerState, ServingStream, TagSet, TokenIdError, build_table
 
 from . import _framework
 
@@ -21,6 +21,43 @@ BATCH_ERROR = "TextStreamer only supports batch size 1"
 # calling the tokenizer's own decode (the core's generic path).
 _CORE_DECODE_KWARGS = frozenset({"skip_special_tokens", "spaces_between_special_tokens"})
 _log = logging.getLogger("detok_plugin.integrations.transformers")
+_NOTHING = Delta()  # a put that released nothing
+_REASONINGS: tuple[str, ...] = get_args(Reasoning)
+
+
+class _Stream(Protocol):
+    """What a streamer asks of its stream: ``ServingStream`` (content only, the common
+    case) or, with ``tags``, ``DetokenizerState`` (reasoning and tool calls as well)."""
+
+    @property
+    def finished(self) -> bool: ...
+
+    finish_reason: Any
+    stop_reason: str | int | None
+
+    def push(self, ids: list[int]) -> Delta: ...
+
+    def push_text(self, token_id: int) -> str: ...
+
+    def finish(self) -> Delta: ...
+
+
+class _UnknownIds:
+    """One stream's ``on_unknown_id``: an id the tokenizer does not define renders as the
+    decode renders it (``""``), the first of a stream logged (WARNING); a negative id
+    raises, as stock's decode fails on it too (``OverflowError``)."""
+
+    __slots__ = ("logged",)
+
+    def __init__(self) -> None:
+        self.logged = False
+
+    def __call__(self, exc: TokenIdError) -> None:
+        if exc.token_id < 0:
+            raise exc
+        if not self.logged:
+            self.logged = True
+            _log.warning("detok-plugin: %s; it renders as the decode renders it (later ones in this stream are not logged)", exc)
 
 
 class _DecodeWith:
@@ -50,18 +87,15 @@ class _DecodeWith:
         return len(self._tokenizer)
 
 
-def _merge(deltas: Sequence[Delta]) -> Delta:
-    """One Delta for several pushes (the criteria may push before ``put`` arrives)."""
-    if len(deltas) == 1:
-        return deltas[0]
-    last = deltas[-1]
+def _merge(first: Delta, then: Delta) -> Delta:
+    """One Delta for two pushes' (the criteria may push before ``put`` arrives)."""
     return Delta(
-        "".join(d.text for d in deltas),
-        "".join(d.reasoning for d in deltas),
-        tuple(t for d in deltas for t in d.tool_calls),
-        last.finish_reason,
-        last.stop_reason,
-        sum(d.consumed for d in deltas),
+        first.text + then.text,
+        first.reasoning + then.reasoning,
+        first.tool_calls + then.tool_calls,
+        then.finish_reason,
+        then.stop_reason,
+        first.consumed + then.consumed,
     )
 
 
@@ -99,10 +133,18 @@ class DetokStreamer:
     value that is no integer ``TokenTypeError``, where stock's decode fails too.
     """
 
-    _state: DetokenizerState | None
-    _prompt_len: int | None
-    _seen: int
-    _fed: int
+    # What a stream starts with, as class attributes: read until a stream sets its own (a
+    # streamer is built per request, and most of these are never set before its first id).
+    finish_reason: str | None = None  # "stop" once a stop string ended the stream
+    stop_reason: str | int | None = None
+    _state: _Stream | None = None  # the stream's state, once opened (_start)
+    _ready: _Stream | None = None  # a state the constructor opened, for the first stream
+    _prompt_len: int | None = None  # set by the first put (the prompt)
+    _seen = 0  # generated ids received through put()
+    _fed = 0  # generated ids pushed into the state (by put() or the criteria)
+    _pending: Delta | None = None  # what was pushed since the last release released
+    _skip_special = False  # decode_kwargs' skip_special_tokens
+    _spaces_between = True  # decode_kwargs' spaces_between_special_tokens
 
     def __new__(cls, *args: Any, **kwargs: Any) -> DetokStreamer:
         # An instance of transformers' BaseStreamer too, where transformers is installed
@@ -131,39 +173,37 @@ class DetokStreamer:
         # Ours.
         self.stop: tuple[str, ...] = (stop,) if isinstance(stop, str) else tuple(stop or ())
         self.tags: TagSet | None = TagSet.preset(tags) if isinstance(tags, str) else tags
+        if reasoning not in _REASONINGS:
+            raise ValueError(f"reasoning must be 'separate', 'strip' or 'inline', not {reasoning!r}")
         self.reasoning: Reasoning = reasoning
-        self.finish_reason: str | None = None  # "stop" once a stop string ended the stream
-        self.stop_reason: str | int | None = None
-        # Options the core cannot reproduce from its tables send every decode through the
-        # tokenizer itself (the generic path), with all options but skip_special_tokens,
-        # which the core passes on its own.
-        if decode_kwargs and not _CORE_DECODE_KWARGS.issuperset(decode_kwargs):
-            extra = {k: v for k, v in decode_kwargs.items() if k != "skip_special_tokens"}
-            self._source: Any = _DecodeWith(tokenizer, extra)
-        else:
-            self._source = tokenizer
-        self._options: dict[str, Any] = {
-            "skip_special_tokens": bool(decode_kwargs.get("skip_special_tokens", False)),
-            "spaces_between_special_tokens": bool(decode_kwargs.get("spaces_between_special_tokens", True)),
-            "stop": self.stop,
-            "tags": self.tags,
-            "reasoning": reasoning,
-            # generate() stops at EOS itself, and decode shows the EOS token's text unless
-            # skip_special_tokens drops it: the stream must not treat EOS as a stop.
-            "eos_token_ids": (),
-        }
-        # Open the first stream now: bad options fail here, not in generate()'s thread, and
-        # the token table is built (and cached by the core) before the first token. The
-        # first put() takes this state unless its prompt is context (see _open).
-        self._ready: DetokenizerState | None = DetokenizerState.from_tokenizer(self._source, **self._options)
-        self.path: str = self._ready.path
-        self._reset()
+        self._source: Any = tokenizer
+        if decode_kwargs:
+            self._skip_special = bool(decode_kwargs.get("skip_special_tokens", False))
+            self._spaces_between = bool(decode_kwargs.get("spaces_between_special_tokens", True))
+            # Options the core cannot reproduce from its tables send every decode through
+            # the tokenizer itself (the generic path), with all options but
+            # skip_special_tokens, which the core passes on its own.
+            if not _CORE_DECODE_KWARGS.issuperset(decode_kwargs):
+                extra = {k: v for k, v in decode_kwargs.items() if k != "skip_special_tokens"}
+                self._source = _DecodeWith(tokenizer, extra)
+        # The token table is built (and cached by the core) here, before the first token.
+        table = build_table(self._source)[0]
+        self.path: str = "generic" if table is None else table.family
+        # Bad options fail here, not in generate()'s thread: a stream is opened with options
+        # (stop strings, tags) no stream has opened with yet, and on the generic path (the
+        # tokenizer itself is checked there); the first request takes that stream. Options
+        # that opened once cannot fail on a table, so those streams open at their first
+        # token: what a stream needs is known there (_start), and a streamer built and never
+        # fed (or only its prompt, skipped) opens none.
+        if table is None or not _opened_before((self.stop, self.tags)):
+            self._ready = self._new_stream(())
+            _remember((self.stop, self.tags))
 
     # --- the streamer protocol ---------------------------------------------------------
 
     def put(self, value: Any) -> None:
         """Receive the prompt (first call) or new token ids, and release the settled text."""
-        shape = tuple(value.shape)
+        shape = value.shape  # a tuple (torch.Size is one): not copied
         if len(shape) > 1 and shape[0] > 1:
             raise ValueError(BATCH_ERROR)
         if self._prompt_len is not None:
@@ -182,7 +222,7 @@ class DetokStreamer:
         """Release everything held (an incomplete tail as the decode renders it) and close."""
         state = self._state
         if state is not None and not state.finished:
-            self._pending.append(state.finish())
+            self._add(state.finish())
         self._release(stream_end=True)
         self.token_cache = []
         self.print_len = 0
@@ -206,69 +246,101 @@ class DetokStreamer:
     def _reset(self) -> None:
         self._state = None
         self._prompt_len = None
-        self._seen = 0  # generated ids received through put()
-        self._fed = 0  # generated ids pushed into the state (by put() or the criteria)
-        self._pending: list[Delta] = []
-        self._unknown_logged = False
+        self._seen = self._fed = 0
+        self._pending = None
+
+    def _new_stream(self, context: Sequence[int]) -> _Stream:
+        """A stream with the streamer's options; with ``tags``, after ``context`` (the
+        skipped prompt). generate() stops at EOS itself, and decode shows the EOS token's
+        text unless skip_special_tokens drops it: the stream must not treat EOS as a stop."""
+        self._unknown = _UnknownIds()
+        if self.tags is None:
+            # Content only: ServingStream, DetokenizerState's content at a serving loop's cost.
+            return ServingStream.from_tokenizer(
+                self._source, skip_special_tokens=self._skip_special, spaces_between_special_tokens=self._spaces_between,
+                stop=self.stop, eos_token_ids=(), on_unknown_id=self._unknown,
+            )
+        return DetokenizerState.from_tokenizer(
+            self._source, prompt_ids=context, skip_special_tokens=self._skip_special,
+            spaces_between_special_tokens=self._spaces_between, stop=self.stop, tags=self.tags,
+            reasoning=self.reasoning, eos_token_ids=(),
+        )
+
+    def _start(self, context: Sequence[int] = ()) -> _Stream:
+        """The stream's state: the one the constructor opened, unless the prompt is its
+        context; else a new one."""
+        state, self._ready = self._ready, None
+        if state is None or context:
+            state = self._new_stream(context)
+        self._state = state
+        return state
 
     def _open(self, prompt: Any, shape: tuple[int, ...]) -> bool:
         """Start a stream at its first ``put``, the prompt; True when the prompt is skipped.
 
-        The state the constructor opened serves the first stream unless the prompt is its
-        context (``tags`` with ``skip_prompt``: a template may end inside ``<think>``), and a
-        skipped prompt without ``tags`` is never copied out of its tensor: only its length
-        is kept (where :class:`DetokStopCriteria` finds the generated ids)."""
+        A skipped prompt is context only with ``tags`` (a template may end inside
+        ``<think>``): then the state opens here, after it. Otherwise a skipped prompt is
+        never copied out of its tensor (only its length is kept, where
+        :class:`DetokStopCriteria` finds the generated ids) and the state opens at the
+        first generated id."""
         self._prompt_len = shape[-1] if shape else 1
         self.finish_reason = self.stop_reason = None
-        skip = self.skip_prompt and self.next_tokens_are_prompt
-        context = _ids(prompt, shape) if skip and self.tags is not None else ()
-        state, self._ready = self._ready, None
-        if state is None or context:
-            state = DetokenizerState.from_tokenizer(self._source, prompt_ids=context, **self._options)
-        self._state = state
-        if skip:
+        if self.skip_prompt and self.next_tokens_are_prompt:
             self.next_tokens_are_prompt = False
+            if self.tags is not None:
+                self._start(_ids(prompt, shape))
             return True
         # Not skipped: the prompt is the start of the stream's text.
         self._push(_ids(prompt, shape))
         return False
 
     def _push(self, ids: list[int]) -> None:
+        state = self._state
+        if state is None:
+            state = self._start()
+        if len(ids) == 1 and self.tags is None:
+            if not state.finished:
+                self._took_one(state, ids[0])
+            return
         while ids:
-            state = self._state
-            if state is None or state.finished:
+            if state.finished:
                 return  # after a stop string, later ids are cut (as the core does)
             try:
                 self._took(state.push(ids), ids)
                 return
-            except TokenIdError as exc:
-                if exc.token_id < 0:
-                    raise  # stock's decode fails on it too (OverflowError)
+            except TokenIdError as exc:  # DetokenizerState's (ServingStream calls _unknown)
+                self._unknown(exc)  # a negative id raises
                 unknown = exc
             k = ids.index(unknown.token_id)  # the first bad id: the push applied none
             if k:
                 self._took(state.push(ids[:k]), ids[:k])
             if not state.finished:
-                self._unknown_id(unknown)
+                self.token_cache.append(unknown.token_id)  # counted, rendered as ""
             ids = ids[k + 1 :]
+
+    def _took_one(self, state: _Stream, token_id: int) -> None:
+        """One id (a step's: the common put) on a content-only stream: its text alone
+        (``push_text``; an unknown id's is ``""``, a negative one raises), in a Delta built
+        as the tuple it is (``Delta(...)`` goes through a Python ``__new__``)."""
+        text = state.push_text(token_id)
+        if state.finish_reason is None and self._pending is None:
+            self.token_cache.append(token_id)
+            self._pending = Delta._make((text, "", (), None, None, 1))
+        else:
+            self._took(Delta(text, finish_reason=state.finish_reason, stop_reason=state.stop_reason, consumed=1), [token_id])
 
     def _took(self, delta: Delta, ids: list[int]) -> None:
         self.token_cache.extend(ids[: delta.consumed])
-        self._pending.append(delta)
+        self._add(delta)
         if delta.finish_reason is not None:
             self.finish_reason, self.stop_reason = delta.finish_reason, delta.stop_reason
 
-    def _unknown_id(self, exc: TokenIdError) -> None:
-        """An id the tokenizer does not define (a padded vocabulary's): counted, rendered as
-        the decode renders it (``""``), as stock ``TextStreamer`` goes on; logged once a stream."""
-        self.token_cache.append(exc.token_id)
-        if not self._unknown_logged:
-            self._unknown_logged = True
-            _log.warning("detok-plugin: %s; it renders as the decode renders it (later ones in this stream are not logged)", exc)
+    def _add(self, delta: Delta) -> None:
+        self._pending = delta if self._pending is None else _merge(self._pending, delta)
 
     def _release(self, *, stream_end: bool) -> None:
-        delta = _merge(self._pending) if self._pending else Delta()
-        self._pending = []
+        delta = _NOTHING if self._pending is None else self._pending
+        self._pending = None
         self.print_len += len(delta.text)
         self.on_finalized_delta(delta, stream_end)
 
@@ -283,7 +355,7 @@ class DetokStreamer:
                 "same streamer to generate(streamer=...) as to DetokStopCriteria(streamer)"
             )
         state = self._state
-        if state is not None and not state.finished:
+        if state is None or not state.finished:  # None: no id yet (_push opens it)
             fresh = input_ids[0, self._prompt_len + self._fed :].tolist()
             self._fed += len(fresh)
             self._push(fresh)
@@ -321,3 +393,22 @@ def _with_base_streamer(cls: type[Any]) -> type[Any]:
 
 
 _BASED: dict[type[Any], type[Any]] = {}  # _with_base_streamer's classes; setdefault keeps one per class
+
+
+def _opened_before(options: tuple[Any, ...]) -> bool:
+    """A stream opened with these options (stop strings, tags) on a table: they cannot fail
+    another one (nothing else a streamer passes can, on a table). Unhashable options never
+    opened: the core refuses them, with its own error."""
+    try:
+        return options in _OPENED
+    except TypeError:
+        return False
+
+
+def _remember(options: tuple[Any, ...]) -> None:
+    if len(_OPENED) >= 256:  # option sets never seen before, streamer after streamer
+        _OPENED.clear()
+    _OPENED.add(options)  # hashable: the core opened a stream with them
+
+
+_OPENED: set[tuple[Any, ...]] = set()  # the option sets _opened_before knows

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,7 @@ from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from transformers.generation import streamers as stock  # noqa: E402
 
-from detok_plugin import Delta, DetokenizerState  # noqa: E402
+from detok_plugin import Delta, DetokenizerState, ServingStream  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 JAPANESE = "Say hello in Japanese and add an emoji."
@@ -411,24 +412,39 @@ def test_streamer_is_reusable_after_end(qwen3):
 
 @pytest.mark.parametrize("skip_prompt", [True, False])
 def test_a_request_opens_one_stream(qwen3, monkeypatch, skip_prompt):
-    """The stream the constructor opens (to refuse bad options there) is the first
-    request's: building the streamer and putting the prompt open one stream, not two, and
-    each later generate() on the same streamer opens one more."""
+    """Each generate() opens one stream. The first streamer built with options no stream
+    has opened with opens it in its constructor (bad options fail there, not in generate()'s
+    thread), and its first request takes it; a streamer built with options that opened
+    before opens its stream at the first put that needs one: the shown prompt, or the first
+    generated id after a skipped one."""
     opened: list[Sequence[int]] = []
-    real = DetokenizerState.from_tokenizer.__func__
+    for cls in (ServingStream, DetokenizerState):
+        real = cls.from_tokenizer.__func__  # type: ignore[attr-defined]
 
-    def counting(cls: type, tokenizer: Any, **options: Any) -> DetokenizerState:
-        opened.append(options.get("prompt_ids", ()))
-        return real(cls, tokenizer, **options)
+        def counting(c: type, tokenizer: Any, _real: Any = real, **options: Any) -> Any:
+            opened.append(options.get("prompt_ids", ()))
+            return _real(c, tokenizer, **options)
 
-    monkeypatch.setattr(DetokenizerState, "from_tokenizer", classmethod(counting))
-    streamer = DetokIteratorStreamer(qwen3, skip_prompt=skip_prompt)
+        monkeypatch.setattr(cls, "from_tokenizer", classmethod(counting))
+    stop = [f"never opened with {uuid.uuid4()}"]
     prompt = qwen3.encode("Q: ", add_special_tokens=False)
     shown = "" if skip_prompt else "Q: "
-    for text in ("東京 🗼", "大阪 🏯"):
-        put_ids(streamer, prompt, [[i] for i in qwen3.encode(text, add_special_tokens=False)])
-        assert "".join(streamer) == shown + text
-    assert len(opened) == 2 and not any(opened)  # no tags: the prompt is never context
+    first = DetokIteratorStreamer(qwen3, skip_prompt=skip_prompt, stop=stop)
+    assert len(opened) == 1
+    second = DetokIteratorStreamer(qwen3, skip_prompt=skip_prompt, stop=stop)
+    assert len(opened) == 1
+    second.put(torch.tensor([prompt]))
+    assert len(opened) == (1 if skip_prompt else 2)
+    token = qwen3.encode("Tokyo", add_special_tokens=False)[:1]
+    second.put(torch.tensor(token))
+    assert len(opened) == 2
+    second.end()
+    assert "".join(second) == shown + qwen3.decode(token)
+    for streamer in (first, second):
+        for text in ("東京 🗼", "大阪 🏯"):
+            put_ids(streamer, prompt, [[i] for i in qwen3.encode(text, add_special_tokens=False)])
+            assert "".join(streamer) == shown + text
+    assert len(opened) == 5 and not any(opened)  # no tags: the prompt is never context
 
 
 def test_multi_token_puts_as_in_assisted_decoding(qwen3):
