@@ -32,7 +32,7 @@ from ._delta import CONTENT, STOP, Out
 from ._matcher import Step
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from ._decoders import StreamDecoder
     from ._delta import FinishReason
@@ -77,6 +77,8 @@ class Boundary:
     _first: Callable[[str], object] | None
     _held_may_stop: bool
     _at_start: bool
+    _done: bool
+    _vocab: Sequence[bytes | str | None] | None
 
     if TYPE_CHECKING:  # the other parts of DetokenizerState that the boundary calls
 
@@ -88,6 +90,29 @@ class Boundary:
         def _bare_opens(self, lead: str = "") -> bool: ...
 
     # --- the shortcut's boundary (DetokenizerState.push_text) --------------------------
+
+    def _boundary_at_rest(self) -> bool:
+        """Live, in content, no log or tags, on a table, no stop partly matched, nothing of the
+        prompt to skip. Then, while what the decoder holds cannot complete a stop (``_held_may_stop``),
+        ``push_text`` of an id in the vocabulary, no stop id, short of ``max_tokens``, whose settled
+        text has no first character of a stop, appends it, feeds the decoder, releases that text
+        and changes nothing else (``ServingStream``); ``finish()`` with the decoder idle, nothing."""
+        return self._boundary_node() == 0
+
+    def _resume_boundary(self, node: int, pending: str) -> None:
+        """Put the live boundary at ``node`` holding ``pending``: where the moves of
+        ``Matcher.steps`` (scans with no match, remembered) took it (``ServingStream``)."""
+        self._ac_state, self._pending = node, pending
+
+    def _boundary_node(self) -> int | None:
+        """The automaton's node while the boundary is *live* (live, in content, no log or
+        tags, on a table, nothing of the prompt to skip, no text held that showed by
+        ``min_tokens``): 0 at rest, else a stop is partly matched; None otherwise. While it
+        is live, ``push_text`` of an id in the vocabulary, no stop id, short of ``max_tokens``,
+        is: append it, feed the decoder, ``_text_boundary`` its settled text (``ServingStream``)."""
+        if self._done or self._skip_chars or self._keep_log or self._early or self._cfg.tags is not None or self._vocab is None:
+            return None
+        return self._ac_state
 
     def _text_boundary(self, text: str) -> str:
         """The boundary for ``push_text`` when stops are live (content is the only channel)."""

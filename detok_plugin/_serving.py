@@ -55,6 +55,7 @@ from ._boundary import held_may_stop
 from ._decoders import StreamDecoder
 from ._delta import CONTENT, ENDED_EMPTY, Delta, FinishReason
 from ._errors import TokenIdError, TokenTypeError
+from ._matcher import Step
 from ._opening import Opened, as_id
 from ._options import StreamConfig, open_with_config
 from ._state import DetokenizerState
@@ -95,6 +96,9 @@ class ServingStream:
         "held",
         "_fed_below",
         "_partial",
+        "_node",
+        "_steps",
+        "_behind",
         "_runs",
         "_dec",
         "_vocab",
@@ -116,8 +120,11 @@ class ServingStream:
     _fed_below: int  # ids below it may be fed to the decoder here: _size while the
     # reference's boundary is live (the decoder may hold bytes, a stop may be partly
     # matched), else 0
-    _partial: bool  # the reference's boundary is live with a stop partly matched: every
-    # fed text goes to it
+    _partial: bool  # the boundary is live with a stop partly matched: every fed text goes to it
+    _node: int  # the boundary's automaton node (0: no stop partly matched), as the reference has it
+    # or will once brought in step (_behind)
+    _steps: tuple[dict[str, Step], ...]  # the content matcher's memo of no-match scans, per node
+    _behind: bool  # the reference was built and a Matcher.steps move was taken here since
     _runs: bool  # what the decoder holds may complete a stop (state._held_may_stop)
     _dec: StreamDecoder  # the reference's decoder
     _vocab: Sequence[bytes | str | None] | None  # the table's pieces (None: a hole)
@@ -176,11 +183,15 @@ class ServingStream:
         # learnt per id and shared (TokenTable.rest_texts); None on the generic path.
         content = cfg.matchers[CONTENT]
         table = opened.table
+        self._node = 0
+        self._behind = False
         if content is None:
+            self._steps = ()
             self._first = None
             self._runs = False
             self._known = None if table is None else table.rest_texts(skip_special_tokens, None)
         else:
+            self._steps = content.steps
             self._first = content.find_first
             # What the decoder holds may complete a stop (the reference's _held_may_stop, as
             # it starts): a SentencePiece run, whose characters show before it closes, or a
@@ -195,18 +206,24 @@ class ServingStream:
         return self
 
     def _reference(self) -> DetokenizerState:
-        """The reference, built the first time an id needs it. Until then the stream was at
-        rest after every id (the shortcuts took them all), where the reference would have
-        changed nothing but its decoder (this one, shared) and its list of ids (this one,
-        shared): so it is built as it would have started, on both."""
+        """The reference, built the first time an id needs it, and in step. Until then every
+        id took a shortcut, where the reference would have changed nothing but its decoder
+        (this one, shared), its list of ids (this one, shared) and its boundary's node and
+        held text (``_node``, ``held``: the moves of ``Matcher.steps``, no stop completed): so
+        it is built as it would have started, on both, and its boundary put where those moves
+        took it; as it is when moves were taken here after it was built."""
         state = self._state
         if state is None:
             opened, cfg, request_id, skip, limits = self._opening
             state = DetokenizerState._from_opened(opened, cfg, request_id, False, skip, limits)  # noqa: SLF001
             state.token_ids = self.token_ids  # one list: the reference counts it
             self._state = state
+            self._behind = self._node != 0
             if self._ended:
                 state.finish()  # ended at rest: it releases nothing
+        if self._behind:
+            state._resume_boundary(self._node, self.held)  # noqa: SLF001
+            self._behind = False
         return state
 
     def push_text(self, token_id: int) -> str:
@@ -223,21 +240,7 @@ class ServingStream:
                     self.token_ids.append(token_id)
                     return text
             if 0 <= token_id < self._fed_below and self._vocab[token_id] is not None:  # type: ignore[index]
-                # The boundary at rest: the id's settled text, from the reference's decoder.
-                dec = self._dec
-                text = dec.feed_one(token_id)
-                self.token_ids.append(token_id)
-                if (
-                    self._partial
-                    or (text and self._first is not None and self._first(text) is not None)
-                    or (self._runs and self._held_shows())
-                ):
-                    # A stop is partly matched, may start in it, or may complete in what the
-                    # decoder holds: the reference's boundary decides, as its push_text would.
-                    return self._through_boundary(text)
-                else:
-                    self._rest = self._known if dec.idle else None
-                return text
+                return self._fed(token_id)
         return self._by_reference(token_id)
 
     def follow(self, ids: Sequence[int]) -> bool:
@@ -318,7 +321,7 @@ class ServingStream:
         it (``""`` after a stop string, which cut what followed it). ``drop_incomplete``
         leaves out a last character no token completed (the decode's U+FFFD), as a
         server's stock detokenizer does (see DetokenizerState.finish)."""
-        if self._state is None and self._dec.idle:  # at rest, nothing held: nothing to build
+        if self._state is None and self._dec.idle and not self._node:  # at rest, nothing held: nothing to build
             if self._ended:
                 return self._reference().finish()  # raises, as the reference's second finish
             self._ended = True
@@ -347,6 +350,40 @@ class ServingStream:
     def request_id(self) -> str | None:
         return self._opening[2]
 
+    def _fed(self, token_id: int) -> str:
+        """The boundary live (the module docstring): the id fed here, its settled text taken
+        as the reference's ``push_text`` would take it."""
+        dec = self._dec
+        if dec.idle and (text := self._quick[token_id]) is not None:
+            # Fed to an idle decoder, an id with a quick text leaves it idle: a scan of that
+            # text from this node remembered with no match is the boundary's move.
+            step = self._steps[self._node].get(text) if self._steps else None
+            if step is not None:
+                self.token_ids.append(token_id)
+                return self._moved(step)
+        text = dec.feed_one(token_id)
+        self.token_ids.append(token_id)
+        runs = self._runs and self._held_shows()
+        if self._partial or runs or (text and self._first is not None and self._first(text) is not None):
+            # A stop is partly matched, may start in it, or may complete in what the decoder
+            # holds: the boundary decides, as the reference's push_text would, by a scan of
+            # this text from this node remembered with no match where the decoder holds
+            # nothing that may complete a stop (Matcher.steps), else by the reference's own.
+            step = None if runs else self._steps[self._node].get(text)
+            return self._through_boundary(text) if step is None else self._moved(step)
+        self._rest = self._known if dec.idle else None
+        return text
+
+    def _moved(self, step: Step) -> str:
+        """The boundary's move by a remembered scan: what leaves; its node and held text are
+        this stream's until the reference is next asked (``_reference``)."""
+        text, node, self.held = step
+        self._node = node
+        self._partial = node != 0
+        self._rest = self._known if not node and self._dec.idle else None
+        self._behind = self._state is not None
+        return text
+
     def _through_boundary(self, text: str) -> str:
         """An id fed here (appended, the decoder fed) whose settled ``text`` the reference's
         boundary must take: what leaves. Where the boundary stays live (no stop completed,
@@ -359,7 +396,8 @@ class ServingStream:
             self._caught_up()
         else:
             self.held = state.held
-            self._partial = bool(node)
+            self._node = node
+            self._partial = node != 0
             self._rest = self._known if not node and self._dec.idle else None
         return text
 
@@ -374,6 +412,7 @@ class ServingStream:
     def _at_rest(self, node: int | None = 0) -> None:
         """Which shortcuts apply, ``node``: the reference's boundary's (0: at rest, as
         before the reference is built; a stop partly matched; None: not live)."""
+        self._node = node or 0
         self._partial = bool(node)
         self._rest = self._known if node == 0 and self._dec.idle else None
         # A stop with U+FFFD, which even a byte-level tail may complete, sends every id to

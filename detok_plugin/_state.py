@@ -405,24 +405,6 @@ class DetokenizerState(Router, Boundary):
             return text[cut:]
         return text
 
-    def _boundary_at_rest(self) -> bool:
-        """Live, in content, no log or tags, on a table, no stop partly matched, nothing of the
-        prompt to skip. Then, while what the decoder holds cannot complete a stop (``_held_may_stop``),
-        ``push_text`` of an id in the vocabulary, no stop id, short of ``max_tokens``, whose settled
-        text has no first character of a stop, appends it, feeds the decoder, releases that text
-        and changes nothing else (``ServingStream``); ``finish()`` with the decoder idle, nothing."""
-        return self._boundary_node() == 0
-
-    def _boundary_node(self) -> int | None:
-        """The automaton's node while the boundary is *live* (live, in content, no log or
-        tags, on a table, nothing of the prompt to skip, no text held that showed by
-        ``min_tokens``): 0 at rest, else a stop is partly matched; None otherwise. While it
-        is live, ``push_text`` of an id in the vocabulary, no stop id, short of ``max_tokens``,
-        is: append it, feed the decoder, ``_text_boundary`` its settled text (``ServingStream``)."""
-        if self._done or self._skip_chars or self._keep_log or self._early or self._cfg.tags is not None or self._vocab is None:
-            return None
-        return self._ac_state
-
     def _close(self, out: Out, drop_incomplete: bool = False) -> None:
         """End the stream: flush the decoder and what is held, unless a stop string cut it
         (what followed the stop is dropped); report an open tool call unterminated."""

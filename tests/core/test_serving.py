@@ -98,6 +98,30 @@ def test_rest_texts_are_shared_by_the_stops_first_characters(qwen3):
     assert c.push_text(newline) == "\n" and c._known[newline] == "\n"
 
 
+def test_a_partial_stop_moves_by_remembered_scans_and_the_reference_catches_up(qwen3):
+    """A stop partly matched and given up, or still held at the end, takes the moves of
+    scans remembered by an earlier stream (Matcher.steps) without the reference; the
+    reference, built at the first text no scan remembers, starts where those moves left the
+    boundary: id by id, every stream gives what the reference gives."""
+    stops = ["\n\nUser:", "###"]
+    seen = qwen3.encode("Hi.\nThe end.\n\nUs", add_special_tokens=False)
+    novel = qwen3.encode(" zebra-quokka §", add_special_tokens=False)  # no scan of these from "\n"
+
+    def check(ids: list[int], built: bool) -> None:
+        ref = DetokenizerState.from_tokenizer(qwen3, stop=stops, eos_token_ids=())
+        s = ServingStream.from_tokenizer(qwen3, stop=stops, eos_token_ids=())
+        for i in ids:
+            assert s.push_text(i) == ref.push_text(i)
+            assert (s.held, s.finish_reason) == (ref.held, ref.finish_reason)
+        assert (s._state is not None) == built  # noqa: SLF001
+        assert s.finish().text == ref.finish().text and s.token_ids == ref.token_ids
+
+    check(seen, built=True)  # the first stream scans: the reference decides
+    check(seen, built=False)  # held "\n" and "\n\nUs", given up at "The": remembered moves
+    newline = qwen3.encode("Hi.\n", add_special_tokens=False)
+    check(newline + novel, built=True)  # "\n" held by a move, then a scan no stream made
+
+
 @given(data=st.data())
 def test_split_characters_end_the_stream_where_the_reference_does(real_tokenizer, data):
     """While a character is split across ids the serving stream feeds the reference's decoder
