@@ -254,13 +254,17 @@ class ServingStream:
         False. The text is the one ``push_text`` would release; it is not returned."""
         taken = self.token_ids
         n = len(taken)
-        if len(ids) == n + 1 and self._unbounded:
-            rest = self._rest
-            if rest is not None:  # at rest, one new id: one lookup, as in push_text
-                token_id = ids[n]
-                if token_id.__class__ is int and rest.get(token_id) is not None:
-                    taken.append(token_id)
-                    return True
+        if len(ids) == n + 1 and self._unbounded:  # one new id, no stop id, no max_tokens
+            token_id = ids[n]
+            if token_id.__class__ is int:
+                rest = self._rest
+                if rest is not None:  # at rest: one lookup, as in push_text
+                    if rest.get(token_id) is not None:
+                        taken.append(token_id)
+                        return True
+                elif 0 <= token_id < self._fed_below and self._vocab[token_id] is not None:  # type: ignore[index]
+                    self._fed(token_id)  # the boundary live: push_text's second shortcut
+                    return self.finish_reason is None and not self.held
         return self._follow(ids, n)
 
     def _follow(self, ids: Sequence[int], n: int) -> bool:
