@@ -143,12 +143,26 @@ def _texts(manager: Any) -> Texts:
 
 def decode_batch_token_id_output(self: Any, recv_obj: Any) -> list[str]:
     """``DetokenizerManager._decode_batch_token_id_output``: one delta per rid, in order.
-    The common row (one id of a live request the plugin serves) is taken inline; every
+    The common row (one id of a live request the plugin serves) is taken inline, a batch
+    of that one row before any loop (a lightly loaded server steps one request); every
     other row after the loop (``_slow_rows``)."""
     try:
         texts = self._detok_plugin_texts
     except AttributeError:
         texts = _texts(self)
+    if len(recv_obj.rids) == 1:  # one request in the batch (a server under light load)
+        text = texts.get(recv_obj.rids[0])
+        ids = recv_obj.decode_ids[0]
+        if text.__class__ is RequestText and recv_obj.finished_reasons[0] is None and len(ids) == 1:
+            before = len(text.taken)
+            try:
+                piece = text.push(ids[0])
+            except Exception as exc:
+                _hand_over(self, texts, text, recv_obj, 0, exc, before)  # the loop below: stock's
+            else:
+                if piece:
+                    text.pieces.append(piece)
+                return [piece]
     out: list[str] = []  # its length is the row's index
     slow: list[int] | None = None
     for rid, ids, reason in zip(recv_obj.rids, recv_obj.decode_ids, recv_obj.finished_reasons):

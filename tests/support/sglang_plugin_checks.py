@@ -241,10 +241,11 @@ def scheduler_lifecycle() -> dict[str, Any]:
     return out
 
 
-def detokenizer_hand_over() -> dict[str, Any]:
+def detokenizer_hand_over(rids: tuple[str, ...] = ("a", "b")) -> dict[str, Any]:
     """A request whose text stream raises goes on under SGLang's stock detokenizer, logged,
-    and its joined text is still the whole decode; the other request of the batch is not
-    touched; finished requests leave the plugin's state, as they leave stock's."""
+    and its joined text is still the whole decode; the other request of the batch (if any:
+    a batch of one request takes its own path) is not touched; finished requests leave the
+    plugin's state, as they leave stock's."""
     import types
 
     from detok_plugin.integrations.sglang import register
@@ -253,17 +254,18 @@ def detokenizer_hand_over() -> dict[str, Any]:
     m = detokenizer_manager(tok)
     context = enc(tok, "Q: ")
     ids = enc(tok, "Hi ") + byte_ids(tok, "你好🫨".encode()) + enc(tok, " ok")
-    texts = {"a": "", "b": ""}
+    texts = dict.fromkeys(rids, "")
+    rows = len(rids)
     logs = io.StringIO()
     logging.getLogger("sglang.detok_plugin").addHandler(logging.StreamHandler(logs))
     for step, token_id in enumerate(ids):
         last = step == len(ids) - 1
         batch = types.SimpleNamespace(
-            rids=["a", "b"], decoded_texts=["", ""],
-            decode_ids=[(context if step == 0 else []) + [token_id]] * 2,
-            read_offsets=[len(context)] * 2,
-            finished_reasons=[{"type": "length", "length": len(ids)} if last else None] * 2,
-            no_stop_trim=[False] * 2, skip_special_tokens=[True] * 2, spaces_between_special_tokens=[True] * 2,
+            rids=list(rids), decoded_texts=[""] * rows,
+            decode_ids=[(context if step == 0 else []) + [token_id]] * rows,
+            read_offsets=[len(context)] * rows,
+            finished_reasons=[{"type": "length", "length": len(ids)} if last else None] * rows,
+            no_stop_trim=[False] * rows, skip_special_tokens=[True] * rows, spaces_between_special_tokens=[True] * rows,
         )
         if step == 4:  # inside 你好's bytes
             faulty = m._detok_plugin_texts["a"]
@@ -287,6 +289,7 @@ def everything() -> dict[str, Any]:
         "scheduler_hand_over": scheduler_hand_over(),
         "scheduler_lifecycle": scheduler_lifecycle(),
         "detokenizer_hand_over": detokenizer_hand_over(),
+        "detokenizer_hand_over_alone": detokenizer_hand_over(("a",)),
         "broken_contract": broken_contract(),
     }
 

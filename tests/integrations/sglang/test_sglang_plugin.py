@@ -78,9 +78,12 @@ def test_a_stop_stream_that_raises_hands_its_request_to_stock(checked: dict[str,
     assert "RuntimeError: injected fault" in got["logs"]  # with the traceback
 
 
-def test_a_text_stream_that_raises_hands_its_request_to_stock(checked: dict[str, Any]) -> None:
-    got = checked["detokenizer_hand_over"]
-    assert got["texts"] == {"a": got["expected"], "b": got["expected"]}
+@pytest.mark.parametrize("case", ["detokenizer_hand_over", "detokenizer_hand_over_alone"])
+def test_a_text_stream_that_raises_hands_its_request_to_stock(checked: dict[str, Any], case: str) -> None:
+    """In a batch of two requests and in a batch of one (its own path)."""
+    got = checked[case]
+    assert got["texts"] == dict.fromkeys(got["texts"], got["expected"]) and "a" in got["texts"]
+    assert len(got["texts"]) == (2 if case == "detokenizer_hand_over" else 1)
     assert "SGLang's stock detokenizer serves the rest of this request" in got["logs"]
     assert got["left"] == [] and got["stock_left"] == []  # finished requests leave both states
     assert got["capacity"] == 1 << 16  # stock's DETOKENIZER_MAX_STATES
