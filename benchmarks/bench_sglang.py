@@ -166,7 +166,7 @@ def run_detokenizer_harness(tok: Any, steps: list[Any]) -> tuple[tuple[int, int]
 def run_detokenizer_floor(tok: Any, steps: list[Any]) -> tuple[tuple[int, int], list[str]]:
     """The floor of any step over per-request streams: SGLang's one call per step, each
     row's stream looked up by rid and pushed its one id, nothing else (no finish, no
-    state kept, no safety net)."""
+    state kept, no safety net); a batch of one row without a loop."""
     from detok_plugin import ServingStream
 
     pushes: dict[str, Any] = {}
@@ -178,6 +178,8 @@ def run_detokenizer_floor(tok: Any, steps: list[Any]) -> tuple[tuple[int, int], 
                 pushes[rid] = stream.push_text
             return ["".join(map(pushes[rid], ids[start:])) for rid, ids, start in zip(
                 recv_obj.rids, recv_obj.decode_ids, recv_obj.read_offsets)]
+        if len(recv_obj.rids) == 1:  # one row: no loop (as the plugin's step)
+            return [pushes[recv_obj.rids[0]](recv_obj.decode_ids[0][0])]
         out = []
         for rid, ids in zip(recv_obj.rids, recv_obj.decode_ids):
             out.append(pushes[rid](ids[0]))
