@@ -258,12 +258,13 @@ class ServingStream:
             token_id = ids[n]
             if token_id.__class__ is int:
                 rest = self._rest
-                if rest is not None:  # at rest: one lookup, as in push_text
-                    if rest.get(token_id) is not None:
-                        taken.append(token_id)
-                        return True
-                elif 0 <= token_id < self._fed_below and self._vocab[token_id] is not None:  # type: ignore[index]
-                    self._fed(token_id)  # the boundary live: push_text's second shortcut
+                if rest is not None and rest.get(token_id) is not None:  # at rest: one lookup, as in push_text
+                    taken.append(token_id)
+                    return True
+                # The boundary live, the id not one that leaves at rest (a split character's
+                # piece, a stop's first character, a partial stop): push_text's second shortcut.
+                if 0 <= token_id < self._fed_below and (rest is None or token_id in rest) and self._vocab[token_id] is not None:  # type: ignore[index]
+                    self._fed(token_id)
                     return self.finish_reason is None and not self.held
         return self._follow(ids, n)
 
