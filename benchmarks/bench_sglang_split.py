@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import bench_sglang as bench
-from _common import table
+from _common import built_qwen3, table
 
 from detok_plugin import ServingStream
 
@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    tok = bench.qwen3()
+    tok = built_qwen3()
     tok.additional_stop_token_ids = None  # what SGLang's get_tokenizer adds
     prompt = tok.encode("Write a few paragraphs, please.", add_special_tokens=False)
     runs = {
