@@ -22,6 +22,11 @@ from ._tags import TagSet
 __all__ = ["Opened", "as_id", "check", "checked_ids", "checked_push", "open_decoder"]
 
 
+# Opened(...) goes through a Python __new__ with nine arguments; a request's opening builds
+# one, as the tuple it is.
+_tuple_new = tuple.__new__
+
+
 class Opened(NamedTuple):
     """A tokenizer's side of a new stream."""
 
@@ -61,17 +66,19 @@ def open_decoder(
     table, why = build_table(tokenizer)
     if table is not None:
         size = len(table.pieces)
-        prompt = _checked_prompt(prompt_ids, table.pieces if table.has_holes else None, size, request_id)
         dec: StreamDecoder
         if table.family == "byte_level":
             dec = ByteLevelStream(table, skip_special_tokens=skip_special_tokens)
         else:
             dec = SentencePieceStream(table, skip_special_tokens=skip_special_tokens)
+        if len(prompt_ids) == 0:  # nothing to check or prime (a streamer's skipped prompt)
+            return _tuple_new(Opened, (dec, table, table.pieces, size, [], 0, table.eos_token_ids, why, tokenizer))
+        prompt = _checked_prompt(prompt_ids, table.pieces if table.has_holes else None, size, request_id)
         dec.prime(prompt)
         # decode(prompt) renders a held tail as final: its characters stand where the
         # output's first characters will, so the output starts that many characters in.
         skip_chars = 0 if dec.idle else len(dec.peek_final())
-        return Opened(dec, table, table.pieces, size, prompt, skip_chars, table.eos_token_ids, why, tokenizer)
+        return _tuple_new(Opened, (dec, table, table.pieces, size, prompt, skip_chars, table.eos_token_ids, why, tokenizer))
     if not callable(getattr(tokenizer, "decode", None)):
         raise UnsupportedTokenizerError(
             f"{type(tokenizer).__name__} is not a transformers or tokenizers tokenizer, a "

@@ -171,7 +171,8 @@ def open_with_config(
     """A new stream's decoder on the prompt and its shared configuration, the limits
     checked: what every stream opens with. ``eos_token_ids`` None means the tokenizer's
     own; ``channels`` are the tags, ``reasoning``, ``stop_in_reasoning`` and ``tools``."""
-    check_limits(*limits)
+    if limits != _NO_LIMITS:
+        check_limits(*limits)
     opened = open_decoder(tokenizer, prompt_ids, skip_special_tokens, spaces_between_special_tokens, request_id)
     stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
     stop_ids = tuple(stop_token_ids or ())
@@ -187,6 +188,8 @@ def open_with_config(
         _configs[key] = cfg
     return opened, cfg
 
+
+_NO_LIMITS = (0, None)  # min_tokens, max_tokens unset: nothing to check
 
 # stream_config by the options as a request gives them (tuples, not yet sets): one lookup.
 _configs: dict[tuple[Any, ...], StreamConfig] = {}
