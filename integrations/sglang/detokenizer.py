@@ -143,9 +143,9 @@ def _texts(manager: Any) -> Texts:
 
 def decode_batch_token_id_output(self: Any, recv_obj: Any) -> list[str]:
     """``DetokenizerManager._decode_batch_token_id_output``: one delta per rid, in order.
-    The common row (one id of a live request the plugin serves) is taken inline, a batch
-    of that one row before any loop (a lightly loaded server steps one request); every
-    other row after the loop (``_slow_rows``)."""
+    The common row (one id of a live request the plugin serves) is taken inline: a batch
+    of that one row here (a lightly loaded server steps one request), else in the loop of
+    ``_rows``; every other row after it (``_slow_rows``)."""
     try:
         texts = self._detok_plugin_texts
     except AttributeError:
@@ -163,6 +163,11 @@ def decode_batch_token_id_output(self: Any, recv_obj: Any) -> list[str]:
                 if piece:
                     text.pieces.append(piece)
                 return [piece]
+    return _rows(self, recv_obj, texts)
+
+
+def _rows(manager: Any, recv_obj: Any, texts: Any) -> list[str]:
+    """A batch's rows: the common one inline, every other after the loop."""
     out: list[str] = []  # its length is the row's index
     slow: list[int] | None = None
     for rid, ids, reason in zip(recv_obj.rids, recv_obj.decode_ids, recv_obj.finished_reasons):
@@ -172,7 +177,7 @@ def decode_batch_token_id_output(self: Any, recv_obj: Any) -> list[str]:
             try:
                 piece = text.push(ids[0])
             except Exception as exc:
-                _hand_over(self, texts, text, recv_obj, len(out), exc, before)
+                _hand_over(manager, texts, text, recv_obj, len(out), exc, before)
             else:
                 if piece:
                     text.pieces.append(piece)
@@ -183,7 +188,7 @@ def decode_batch_token_id_output(self: Any, recv_obj: Any) -> list[str]:
         slow.append(len(out))
         out.append("")
     if slow is not None:
-        _slow_rows(self, recv_obj, texts, slow, out)
+        _slow_rows(manager, recv_obj, texts, slow, out)
     return out
 
 
