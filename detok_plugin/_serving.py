@@ -269,9 +269,6 @@ class ServingStream:
         return self._follow(ids, n)
 
     def _follow(self, ids: Sequence[int], n: int) -> bool:
-        if len(ids) == n + 1:  # one new id: the common step
-            self.push_text(ids[n])
-            return self.finish_reason is None and not self.held
         if len(ids) < n:
             return False
         push = self.push_text
