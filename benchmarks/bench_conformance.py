@@ -17,7 +17,7 @@ It prints
 (a) the table per family (and per reference model with ``--models``), per configuration;
 (b) every non-pass with its failing checks (and where pairing's status differs from stock's);
 (c) the wall time per fixture (its non-streamed and streamed replays; not the switch of the
-    plugin around them, which a server makes once at start-up), stock beside detok,
+    plugin around them nor the parser class's lookup, which a server makes once at start-up), stock beside detok,
     the median over each family's fixtures, and the median of the per-fixture ratios
     detok/stock. The configurations run in turn on each fixture, the order rotating from
     fixture to fixture, after an untimed warm-up of each configuration on each tokenizer

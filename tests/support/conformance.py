@@ -235,8 +235,9 @@ def replays(
 ) -> dict[str, ParseResult] | FixtureResult:
     """The non-streamed parse (key ``nonstream``) and one streamed parse per strategy (its
     id), under one switch of the plugin; or why the fixture was not run. ``spent`` gets the
-    seconds of the replays alone: a server switches the plugin on once, at start-up, so
-    the switch (and the harness's own setup of the fixture) is left out."""
+    seconds of the replays alone: a server switches the plugin on and resolves its parser
+    class once, at start-up, so those (and the harness's own setup of the fixture) are
+    left out."""
     replay = replay_for(fixture, config)
     if isinstance(replay, FixtureResult):
         return replay
@@ -246,6 +247,7 @@ def replays(
     units = with_stop(replay, _ids(fixture))
     groups = [(s.id, split(units, s, special=special)) for s in strategies]
     with plugin_switch(config.plugin):
+        replay.parser_cls  # noqa: B018  (resolved once, as a server does at start-up)
         t0 = time.perf_counter()
         out = {NONSTREAM: replay_nonstream(replay, _ids(fixture))}
         for strategy_id, chunks in groups:

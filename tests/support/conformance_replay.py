@@ -96,7 +96,11 @@ class Replay:
         eos = list(self.stop_ids)
         return types.SimpleNamespace(try_get_generation_config=lambda: {"eos_token_id": eos} if eos else {})
 
-    def parser_class(self) -> Any:
+    @functools.cached_property
+    def parser_cls(self) -> Any:
+        """The parser class, resolved once, as vLLM's chat server resolves it at start-up
+        (``OpenAIServingChat.__init__``); per request it only builds an instance. Read it
+        first under the plugin switch the replays run in."""
         return ParserManager.get_parser(
             tool_parser_name=self.tool_parser,
             reasoning_parser_name=self.reasoning_parser,
@@ -146,7 +150,7 @@ def _rendered(replay: Replay, parser_cls: Any, request: ChatCompletionRequest, c
 
 def _prepared(replay: Replay, *, stream: bool) -> tuple[Any, ChatCompletionRequest, dict[str, Any], Any]:
     """The parser class, the adjusted request, serving's chat_template_kwargs, the sampling params."""
-    parser_cls = replay.parser_class()
+    parser_cls = replay.parser_cls
     request = _request(replay, stream=stream)
     ctk = dict(request.build_chat_params(None, "auto").chat_template_kwargs)
     request = _rendered(replay, parser_cls, request, ctk)
