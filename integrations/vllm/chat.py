@@ -91,9 +91,12 @@ def chat_stream(parser: Any, request: Any, prompt: Sequence[int], *, streaming: 
         min_tokens=getattr(request, "min_tokens", 0) or 0,
         # The detokenizer plugin cuts stops outside reasoning; vLLM's stock one anywhere.
         stop_in_reasoning=not detokenizer_is_ours(),
-        end_ids=functools.partial(_end_ids, tokenizer, request, parser),
+        # The callbacks hold the parts of the parser they read, not the parser, which holds
+        # this stream: no reference cycle, so a finished request is freed when vLLM drops
+        # it, not by a later pass of the garbage collector.
+        end_ids=functools.partial(_end_ids, tokenizer, request, parser._model_config),
         tools=functools.partial(_tool_dicts, request),
-        new_call_id=functools.partial(new_call_id, parser),
+        new_call_id=functools.partial(new_call_id, parser._stream_state),
         include_reasoning=getattr(request, "include_reasoning", True),
         streaming=streaming,
         stream_arguments=streams_arguments(request),
@@ -109,12 +112,12 @@ def streams_arguments(request: Any) -> bool:
     return isinstance(xargs, dict) and xargs.get(STREAM_ARGUMENTS_KEY) in (True, 1, "true")
 
 
-def _end_ids(tokenizer: Any, request: Any, parser: Any) -> frozenset[int]:
+def _end_ids(tokenizer: Any, request: Any, model_config: Any) -> frozenset[int]:
     """The ids that end a request without text: its stop token ids, the tokenizer's EOS and
-    the parser's ``engine_stop_ids`` (the model's generation config), read at the finish
-    only."""
+    the ids the engine stops on by the model's generation config (:func:`generation_stop_ids`),
+    read at the finish only."""
     stop = getattr(request, "stop_token_ids", None)
-    ends: frozenset[int] = _tokenizer_eos(tokenizer) | parser.engine_stop_ids
+    ends: frozenset[int] = _tokenizer_eos(tokenizer) | generation_stop_ids(model_config)
     return ends.union(stop) if stop else ends
 
 

@@ -108,7 +108,7 @@ class HarmonyChannels:
     def __init__(
         self, parser: Any, request: Any, prompt: Sequence[int], *, streaming: bool = True, stream_arguments: bool = False
     ) -> None:
-        self.parser = parser
+        self.call_ids = parser._stream_state  # counts tool-call ids (``new_call_id``); not the parser, which holds this object
         self.request = request
         self.streaming = streaming
         self.stream_arguments = streaming and stream_arguments
@@ -244,7 +244,7 @@ class HarmonyChannels:
         return reasoning or None, content or None
 
     def _new_id(self, name: str) -> str:
-        return new_call_id(self.parser, name)
+        return new_call_id(self.call_ids, name)
 
 
 def _arguments(text: str, content_type: str | None) -> str:

@@ -11,10 +11,12 @@ from . import _framework
 __all__ = ["new_call_id"]
 
 
-def new_call_id(parser: Any, name: str, fmt: families.ToolFormat | None = None) -> str:
+def new_call_id(state: Any, name: str, fmt: families.ToolFormat | None = None) -> str:
     """A tool-call id for ``name`` (the family's own kind where its template accepts no
-    other, ``ToolFormat.call_id``), counted in the parser's stream state as vLLM counts it."""
-    state = parser._stream_state  # the vLLM Parser base's own state
+    other, ``ToolFormat.call_id``), counted in ``state`` as vLLM counts it: the parser's
+    stream state (the vLLM ``Parser`` base's ``_stream_state``), taken rather than the
+    parser so that what holds it (a request's stream, which the parser holds) makes no
+    reference cycle."""
     if fmt is not None and fmt.call_id is not None:
         tool_id = fmt.call_id()
     else:
