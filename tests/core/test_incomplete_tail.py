@@ -12,7 +12,7 @@ that ends on a character boundary (each byte token is one byte).
 from __future__ import annotations
 
 from helpers import MULTILINGUAL
-from hypothesis import assume, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from detok_plugin import DetokenizerState, ServingStream, TaggedServingStream
@@ -89,18 +89,33 @@ def test_tagged_and_reference_take_the_flag(qwen3):
     assert sent + state.finish(drop_incomplete=True).text == "x"
 
 
+PROMPTS = ("", "Q: ", "你好")
+
+
+def whole_pairs(tok) -> list[tuple[list[int], list[int]]]:
+    """The (prompt ids, text ids) of each prompt and text whose decode together is the
+    prompt's then the text's (a SentencePiece decode strips a leading space the prompt then
+    shows: another text), chosen before drawing so that no draw is thrown away (filtering
+    the draws instead failed Hypothesis's health check on mistral_v1, where only the empty
+    prompt qualifies)."""
+    pairs = []
+    for prompt_text in PROMPTS:
+        prompt = tok.encode(prompt_text, add_special_tokens=False) if prompt_text else []
+        for text in TEXTS:
+            ids = tok.encode(text, add_special_tokens=False)
+            if tok.decode(prompt + ids) == tok.decode(prompt) + text and tok.decode(ids) == text:
+                pairs.append((prompt, ids))
+    return pairs
+
+
 @given(data=st.data())
 def test_drop_incomplete_after_any_prompt(real_tokenizer, data):
     # A prompt that ends on a character boundary: the output is the text its ids spell whole.
     tok = real_tokenizer
-    prompt_text = data.draw(st.sampled_from(("", "Q: ", "你好")))
-    prompt = tok.encode(prompt_text, add_special_tokens=False) if prompt_text else []
-    text = data.draw(st.sampled_from(TEXTS))
-    ids = tok.encode(text, add_special_tokens=False)
+    pairs = whole_pairs(tok)
+    assert pairs  # SentencePiece (mistral_v1): the empty prompt's only; byte-level: every prompt's
+    prompt, ids = data.draw(st.sampled_from(pairs))
     n = data.draw(st.integers(1, len(ids)))
-    base = tok.decode(prompt)
-    # (A SentencePiece decode strips a leading space the prompt then shows: another text.)
-    assume(tok.decode(prompt + ids) == base + text and tok.decode(ids) == text)
     s = ServingStream.from_tokenizer(tok, prompt_ids=prompt, eos_token_ids=())
     got = "".join(s.push_text(i) for i in ids[:n]) + s.finish(drop_incomplete=True).text
     assert got == spelled_whole(tok, ids, n)
