@@ -38,7 +38,7 @@ from detok_plugin.families import mistral
 from . import _framework
 from .detokenizer import detokenizer_is_ours
 from .harmony import HarmonyChannels
-from .tool_ids import new_call_id
+from .tool_ids import call_counter, new_call_id
 from .xargs import tag_xargs
 
 __all__ = [
@@ -96,7 +96,7 @@ def chat_stream(parser: Any, request: Any, prompt: Sequence[int], *, streaming: 
         # it, not by a later pass of the garbage collector.
         end_ids=functools.partial(_end_ids, tokenizer, request, parser._model_config),
         tools=functools.partial(_tool_dicts, request),
-        new_call_id=functools.partial(new_call_id, parser._stream_state),
+        new_call_id=functools.partial(new_call_id, call_counter(parser)),
         include_reasoning=getattr(request, "include_reasoning", True),
         streaming=streaming,
         stream_arguments=streams_arguments(request),
@@ -210,13 +210,6 @@ class DetokChatParser(_Parser):  # type: ignore[misc]
         self._prompt: list[int] | None = None
         self._chat: Any = None  # ChatStream or HarmonyChannels, built at the first step
         self._failed = False  # the channels raised: the rest of the reply is content
-
-    @property
-    def engine_stop_ids(self) -> frozenset[int]:
-        """The ids the engine stops on beside the tokenizer's EOS (:func:`generation_stop_ids`),
-        read when a reply finishes: a parser vLLM builds only to check the tokenizer or to
-        adjust a request never reads them."""
-        return generation_stop_ids(self._model_config)
 
     def is_reasoning_end(self, input_ids: list[int]) -> bool:
         rp = self._reasoning_parser

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 from detok_plugin import ChatParts, DetokenizerState, TokenIdError
 
 from . import _framework
-from .tool_ids import new_call_id
+from .tool_ids import call_counter, new_call_id
 
 __all__ = ["HarmonyChannels", "Header", "harmony_ids"]
 
@@ -108,7 +108,7 @@ class HarmonyChannels:
     def __init__(
         self, parser: Any, request: Any, prompt: Sequence[int], *, streaming: bool = True, stream_arguments: bool = False
     ) -> None:
-        self.call_ids = parser._stream_state  # counts tool-call ids (``new_call_id``); not the parser, which holds this object
+        self.call_ids = call_counter(parser)  # not the parser, which holds this object
         self.request = request
         self.streaming = streaming
         self.stream_arguments = streaming and stream_arguments

@@ -8,15 +8,20 @@ from detok_plugin import families
 
 from . import _framework
 
-__all__ = ["new_call_id"]
+__all__ = ["call_counter", "new_call_id"]
+
+
+def call_counter(parser: Any) -> Any:
+    """Where vLLM counts a parser's tool calls: the ``Parser`` base's stream state. What
+    makes ids for a request's stream holds this, not the parser, which holds that stream:
+    no reference cycle, so a finished request is freed when vLLM drops it."""
+    return parser._stream_state  # the vLLM Parser base's own state
 
 
 def new_call_id(state: Any, name: str, fmt: families.ToolFormat | None = None) -> str:
     """A tool-call id for ``name`` (the family's own kind where its template accepts no
-    other, ``ToolFormat.call_id``), counted in ``state`` as vLLM counts it: the parser's
-    stream state (the vLLM ``Parser`` base's ``_stream_state``), taken rather than the
-    parser so that what holds it (a request's stream, which the parser holds) makes no
-    reference cycle."""
+    other, ``ToolFormat.call_id``), counted in ``state`` (:func:`call_counter`) as vLLM
+    counts it."""
     if fmt is not None and fmt.call_id is not None:
         tool_id = fmt.call_id()
     else:

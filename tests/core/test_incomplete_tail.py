@@ -11,6 +11,8 @@ that ends on a character boundary (each byte token is one byte).
 
 from __future__ import annotations
 
+import functools
+
 from helpers import MULTILINGUAL
 from hypothesis import given
 from hypothesis import strategies as st
@@ -92,6 +94,7 @@ def test_tagged_and_reference_take_the_flag(qwen3):
 PROMPTS = ("", "Q: ", "你好")
 
 
+@functools.cache  # per tokenizer, not per Hypothesis example
 def whole_pairs(tok) -> list[tuple[list[int], list[int]]]:
     """The (prompt ids, text ids) of each prompt and text whose decode together is the
     prompt's then the text's (a SentencePiece decode strips a leading space the prompt then
