@@ -39,6 +39,7 @@ import statistics
 import time
 import types
 from array import array
+from collections.abc import Callable
 from typing import Any
 
 from _common import PARAGRAPHS, built_qwen3, table, token_stream
@@ -71,16 +72,20 @@ def requests(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> 
 
 
 def run_scheduler(
-    tok: Any, ids: list[list[int]], stops: bool, prompt: list[int], checks: bool = True, bare: bool = False
+    tok: Any,
+    ids: list[list[int]],
+    stops: bool,
+    prompt: list[int],
+    checks: bool = True,
+    bind: Callable[[Any, list[int]], None] | None = None,
 ) -> tuple[tuple[int, int], list[Any]]:
     """Nanoseconds for every request's checks over every step, and over the steps between
     the first (each request's setup) and the last; each request's finish. ``checks=False``:
-    the harness alone (the loop and the appends, no check); ``bare``: the two calls land
-    on functions that do nothing (bound on each request)."""
+    the harness alone (the loop and the appends, no check); ``bind(req, out)``: puts the
+    request's own two callables on it (``out``: the ids it will be given), untimed."""
     reqs = requests(tok, ids, stops, prompt)
-    for req in reqs if bare else ():
-        req._check_str_based_finish = _nothing_finished
-        req.check_match_stop_str_prefix = _nothing_held
+    for req, out in zip(reqs, ids) if bind is not None else ():
+        bind(req, out)
     pairs = list(zip(reqs, ids))
     n = len(ids[0])
     marks = []
@@ -104,7 +109,12 @@ def run_scheduler_harness(tok: Any, ids: list[list[int]], stops: bool, prompt: l
 def run_scheduler_floor(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> tuple[tuple[int, int], list[Any]]:
     """The floor of any per-request seam: SGLang's two calls landing on the cheapest
     Python callables there are (bound on each request, doing nothing)."""
-    return run_scheduler(tok, ids, stops, prompt, bare=True)
+    return run_scheduler(tok, ids, stops, prompt, bind=_bind_nothing)
+
+
+def _bind_nothing(req: Any, out: list[int]) -> None:
+    req._check_str_based_finish = _nothing_finished
+    req.check_match_stop_str_prefix = _nothing_held
 
 
 def _nothing_finished(new_accepted_len: int = 1) -> bool:
