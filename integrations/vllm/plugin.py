@@ -1,8 +1,10 @@
 """The vLLM plugin: the ``vllm.general_plugins`` entry point, behind the switch.
 
 :func:`register` swaps ``IncrementalDetokenizer.from_new_request`` for a factory that
-returns a :class:`~.detokenizer.VllmDetokenizer` whenever the request has a tokenizer, and
-registers the ``detok_*`` chat parsers (``chat_registry``). The switch, read in one place
+returns a :class:`~.detokenizer.VllmDetokenizer` whenever the request has a tokenizer,
+starts building the tokenizer's table when vLLM builds its ``OutputProcessor``
+(``common.tables``: at start-up, not in the first request), and registers the ``detok_*``
+chat parsers (``chat_registry``). The switch, read in one place
 (:meth:`Settings.from_env`):
 
 * ``DETOK_PLUGIN=1`` (or ``true``/``yes``/``on``) switches it on; ``DETOK_PLUGIN=0``
@@ -45,6 +47,7 @@ from typing import Any
 
 from ..common.patches import PATCHES
 from ..common.switch import Switch
+from ..common.tables import warm
 from . import _framework, parser_names
 from .detokenizer import VllmDetokenizer, detokenizer_is_ours, stock_detokenizer
 from .parser_names import Refusal
@@ -101,6 +104,18 @@ def _from_new_request(cls: Any, tokenizer: Any, request: Any) -> Any:
     except Exception as exc:  # a bug: this request stays stock rather than fail
         logger.error("detok-plugin: request %s stays stock: %r", request.request_id, exc, exc_info=exc)
         return stock_detokenizer(tokenizer, request)
+
+
+def _warming_init(stock: Any) -> Any:
+    """vLLM's ``OutputProcessor.__init__`` (``stock``), then its tokenizer's table built in
+    the background (``common.tables``): vLLM builds its output processor before its engine
+    core loads the model, so a server's first request finds the table ready."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        stock(self, *args, **kwargs)
+        warm(getattr(self, "tokenizer", None), logger)
+
+    return __init__
 
 
 def _startup_log(level: int, msg: str, *args: Any) -> None:
@@ -227,6 +242,9 @@ def register() -> bool:
         patched_now = not PATCHES.is_ours(cls, "from_new_request")
         if patched_now:
             PATCHES.install(cls, "from_new_request", ours)
+        processor = _framework.detokenizer_api()[1].OutputProcessor
+        if not PATCHES.is_ours(processor, "__init__"):
+            PATCHES.install(processor, "__init__", _warming_init(vars(processor)["__init__"]))
     # Once per process: vLLM calls every general plugin in each of its processes, and a
     # second register() in one process changes nothing.
     level = logging.INFO if patched_now else logging.DEBUG
@@ -267,6 +285,7 @@ def unregister() -> bool:
     parser_names.unguard()
     unregister_chat_parsers()
     cls, _ = _factory()
+    PATCHES.uninstall(_framework.detokenizer_api()[1].OutputProcessor, "__init__")
     return PATCHES.uninstall(cls, "from_new_request")
 
 

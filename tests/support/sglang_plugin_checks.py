@@ -241,6 +241,30 @@ def scheduler_lifecycle() -> dict[str, Any]:
     return out
 
 
+def scheduler_table() -> dict[str, Any]:
+    """A scheduler's first request without stop strings (SGLang's warm-up request) starts
+    building the tokenizer's table in the background, once per tokenizer; its lines."""
+    from detok_plugin.integrations.common import tables
+    from detok_plugin.integrations.sglang import register
+
+    register()
+    tables.join(timeout=120)  # the builds earlier checks started
+    logs = io.StringIO()
+    log = logging.getLogger("sglang.detok_plugin")
+    handler = logging.StreamHandler(logs)
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        tok = _tokenizer()  # a new object: no table yet
+        for name in ("warm-up", "second"):
+            _run_to_finish(_req(tok, name, None), enc(tok, "a b c"))
+            tables.join(timeout=120)
+        _run_to_finish(_req(tok, "stops", [STOP]), enc(tok, "a b") + enc(tok, STOP))
+    finally:
+        log.removeHandler(handler)
+    return {"lines": [line for line in logs.getvalue().splitlines() if "tokenizer table" in line]}
+
+
 def detokenizer_hand_over(rids: tuple[str, ...] = ("a", "b")) -> dict[str, Any]:
     """A request whose text stream raises goes on under SGLang's stock detokenizer, logged,
     and its joined text is still the whole decode; the other request of the batch (if any:
@@ -288,13 +312,20 @@ def everything() -> dict[str, Any]:
         "load_plugins": load_plugins(),
         "scheduler_hand_over": scheduler_hand_over(),
         "scheduler_lifecycle": scheduler_lifecycle(),
+        "scheduler_table": scheduler_table(),
         "detokenizer_hand_over": detokenizer_hand_over(),
         "detokenizer_hand_over_alone": detokenizer_hand_over(("a",)),
         "broken_contract": broken_contract(),
     }
 
 
-CHECKS = {f.__name__: f for f in (load_plugins, broken_contract, scheduler_hand_over, scheduler_lifecycle, detokenizer_hand_over, everything)}
+CHECKS = {
+    f.__name__: f
+    for f in (
+        load_plugins, broken_contract, scheduler_hand_over, scheduler_lifecycle, scheduler_table, detokenizer_hand_over,
+        everything,
+    )
+}
 
 if __name__ == "__main__":
     print(json.dumps(CHECKS[sys.argv[1]](), default=repr))

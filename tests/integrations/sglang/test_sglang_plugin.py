@@ -110,3 +110,11 @@ def test_requests_without_stop_strings_or_with_a_stop_regex_answer_as_stock(chec
 def test_a_finished_request_is_freed_without_garbage_collection(checked: dict[str, Any]) -> None:
     """The request's own callables reach it weakly: no reference cycle keeps it alive."""
     assert checked["scheduler_lifecycle"]["freed_without_gc"] is True
+
+
+def test_a_schedulers_first_request_without_stops_starts_building_the_table(checked: dict[str, Any]) -> None:
+    """SGLang's warm-up request has no stop strings: the scheduler starts the tokenizer's
+    table then, in the background, once per tokenizer, so the first request with stop
+    strings does not build it on the scheduler's loop."""
+    (line,) = checked["scheduler_table"]["lines"]
+    assert "tokenizer table ready (byte_level; " in line

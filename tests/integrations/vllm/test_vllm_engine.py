@@ -98,6 +98,16 @@ def test_the_on_line_is_in_the_api_servers_own_log(servers):
         assert "detok-plugin: on" not in servers[mode].log.read_text(errors="replace")
 
 
+def test_the_api_server_builds_the_tokenizer_table_at_start_up(servers):
+    """vLLM builds its OutputProcessor before the engine core loads the model: the API server
+    builds the tokenizer's table then, once, in the background (not in the first request)."""
+    lines = servers["on"].log.read_text(errors="replace").splitlines()
+    ready = [line for line in lines if "tokenizer table ready (byte_level; " in line]
+    assert len(ready) == 1 and f"pid={servers['on'].proc.pid})" in ready[0], ready
+    for mode in ("off", "absent"):
+        assert "tokenizer table ready" not in servers[mode].log.read_text(errors="replace")
+
+
 REQUESTS = [
     pytest.param({"chat": chat, "prompt": text, **sampling}, id=f"{'chat' if chat else 'completion'}-{name}-{how}")
     for chat in (True, False)
