@@ -53,7 +53,11 @@ def warm(tokenizer: Any, log: logging.Logger) -> threading.Thread | None:
             _started[key] = tokenizer
         thread = threading.Thread(target=_build, args=(tokenizer, log), name="detok-plugin-table", daemon=True)
         _threads[:] = [t for t in _threads if t.is_alive()] + [thread]
-    thread.start()
+    try:
+        thread.start()
+    except RuntimeError as exc:  # no thread to be had: the first stream builds the table
+        log.debug("detok-plugin: the tokenizer's table is not built ahead: %r", exc)
+        return None
     return thread
 
 

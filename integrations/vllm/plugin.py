@@ -244,7 +244,8 @@ def register() -> bool:
             PATCHES.install(cls, "from_new_request", ours)
         processor = _framework.detokenizer_api()[1].OutputProcessor
         if not PATCHES.is_ours(processor, "__init__"):
-            PATCHES.install(processor, "__init__", _warming_init(vars(processor)["__init__"]))
+            # Its own __init__ or an inherited one: a vLLM that moved it still starts.
+            PATCHES.install(processor, "__init__", _warming_init(processor.__init__))
     # Once per process: vLLM calls every general plugin in each of its processes, and a
     # second register() in one process changes nothing.
     level = logging.INFO if patched_now else logging.DEBUG

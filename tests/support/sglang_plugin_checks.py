@@ -253,6 +253,7 @@ def scheduler_table() -> dict[str, Any]:
     log = logging.getLogger("sglang.detok_plugin")
     handler = logging.StreamHandler(logs)
     log.addHandler(handler)
+    level = log.level
     log.setLevel(logging.INFO)
     try:
         tok = _tokenizer()  # a new object: no table yet
@@ -262,6 +263,7 @@ def scheduler_table() -> dict[str, Any]:
         _run_to_finish(_req(tok, "stops", [STOP]), enc(tok, "a b") + enc(tok, STOP))
     finally:
         log.removeHandler(handler)
+        log.setLevel(level)
     return {"lines": [line for line in logs.getvalue().splitlines() if "tokenizer table" in line]}
 
 
