@@ -105,9 +105,10 @@ def requests(work, *, stops: str) -> list[EngineCoreRequest]:
     ]
 
 
-def build(tok, work, *, stops: str, mode: str) -> tuple[OutputProcessor, list[list[EngineCoreOutput]]]:
-    """One processor with every request added, and its own copy of the replayed steps
-    (``process_outputs`` may trim a step's ids in place, so no two processors share one)."""
+def build(tok, work, *, stops: str, mode: str, per_step: int = 1) -> tuple[OutputProcessor, list[list[EngineCoreOutput]]]:
+    """One processor with every request added, and its own copy of the replayed steps,
+    ``per_step`` ids per request each (``process_outputs`` may trim a step's ids in place,
+    so no two processors share one)."""
     steps = len(work[0][1])
     with _switched(tok, mode):
         op = OutputProcessor(tok, log_stats=False)
@@ -117,12 +118,12 @@ def build(tok, work, *, stops: str, mode: str) -> tuple[OutputProcessor, list[li
         [
             EngineCoreOutput(
                 request_id=f"r{r}",
-                new_token_ids=[out[k]],
-                finish_reason=FinishReason.LENGTH if k == steps - 1 else None,
+                new_token_ids=out[k : k + per_step],
+                finish_reason=FinishReason.LENGTH if k + per_step >= steps else None,
             )
             for r, (_, out) in enumerate(work)
         ]
-        for k in range(steps)
+        for k in range(0, steps, per_step)
     ]
     return op, batches
 
@@ -160,14 +161,15 @@ class Bare:
 MODES = ("stock", "plugin", "bare", "floor")
 
 
-def one_replay(tok, work, *, stops: str) -> dict[str, float]:
+def one_replay(tok, work, *, stops: str, per_step: int = 1) -> dict[str, float]:
     """Mean ns per ``process_outputs`` call of each of ``MODES`` over one replay.
 
     The processors live side by side and take each engine step in turn (the order
     rotates every step), so load on the machine, the heap's size and the caches' state fall
     on all of them alike: a ratio compares two runs of the same step a few milliseconds apart.
     """
-    built = {mode: build(tok, work, stops=stops, mode=mode) for mode in MODES}
+    built = {mode: build(tok, work, stops=stops, mode=mode, per_step=per_step) for mode in MODES}
+    steps = len(built["stock"][1])
     # Collect, then freeze what exists: setup objects (tokenizer, requests, replayed outputs)
     # move to the permanent generation, as a server freezes its heap after start-up. Without
     # it, one full collection (its cost set by the whole heap) lands inside one side's step
@@ -177,7 +179,7 @@ def one_replay(tok, work, *, stops: str) -> dict[str, float]:
     totals = dict.fromkeys(MODES, 0)
     clock = time.perf_counter_ns
     try:
-        for k in range(len(work[0][1])):
+        for k in range(steps):
             shift = k % len(MODES)
             for mode in MODES[shift:] + MODES[:shift]:
                 op, batches = built[mode]
@@ -188,7 +190,7 @@ def one_replay(tok, work, *, stops: str) -> dict[str, float]:
         gc.unfreeze()
     for op, _ in built.values():
         assert not op.has_unfinished_requests()
-    return {mode: total / len(work[0][1]) for mode, total in totals.items()}
+    return {mode: total / steps for mode, total in totals.items()}
 
 
 def isolated_replay(tok, work, *, stops: str) -> dict[str, float]:
@@ -286,6 +288,8 @@ def main() -> None:
     ap.add_argument("--isolated-requests", type=int, default=256, help="live requests in the detokenizers-alone table")
     ap.add_argument("--setup-prompt-len", type=int, nargs="+", default=[16, 64, 1024],
                     help="prompt lengths of the setup table")
+    ap.add_argument("--ids-per-step", type=int, default=1,
+                    help="ids per request per engine step in the first table (speculative decoding: several)")
     ap.add_argument("--quick", action="store_true", help="2 repeats, 32 steps")
     args = ap.parse_args()
     if args.quick:
@@ -296,8 +300,8 @@ def main() -> None:
         for conc in args.concurrency:
             work = workload(tok, conc, args.steps, args.prompt_len)
             forget(tok)
-            cold = one_replay(tok, work, stops=stops)  # warm-up, and the plugin's cold figure
-            got = [one_replay(tok, work, stops=stops) for _ in range(args.repeats)]
+            cold = one_replay(tok, work, stops=stops, per_step=args.ids_per_step)  # warm-up, and the plugin's cold figure
+            got = [one_replay(tok, work, stops=stops, per_step=args.ids_per_step) for _ in range(args.repeats)]
             med = {m: statistics.median(g[m] for g in got) for m in MODES}
             # Each ratio is the median of the per-replay ratios (a replay's modes ran together).
             ratio = {m: statistics.median(g[m] / g["stock"] for g in got) for m in MODES}
@@ -336,8 +340,8 @@ def main() -> None:
         )
     print()
     print(
-        f"OutputProcessor.process_outputs per engine step, {args.tokenizer}, DELTA, 1 token/request/step, "
-        f"{args.steps} steps, prompt {args.prompt_len} ids, median of {args.repeats} replays ({len(MODES)} processors, each step in turn)"
+        f"OutputProcessor.process_outputs per engine step, {args.tokenizer}, DELTA, {args.ids_per_step} token(s)/request/step, "
+        f"{args.steps} output ids per request, prompt {args.prompt_len} ids, median of {args.repeats} replays ({len(MODES)} processors, each step in turn)"
     )
     print(
         table(

@@ -64,6 +64,7 @@ from ._tables import learn_rest_text
 __all__ = ["ServingStream"]
 
 _UNSEEN: Any = object()  # rest.get's default: an id the at-rest dict has no entry for
+_tuple_new = tuple.__new__  # a Delta built as the tuple it is (Delta(...) costs twice that)
 
 
 class ServingStream:
@@ -298,25 +299,43 @@ class ServingStream:
         stop completed among them). With ``on_unknown_id``, the ids are taken one by one
         (an unknown one is counted and renders as ``""``); without, a bad id anywhere
         raises before any id of the push is applied."""
+        rest = self._rest
+        if rest is not None and ids.__class__ is list:
+            # At rest, several ids that each leave it at rest: push_text's first shortcut for
+            # all of them in one go (the same texts, the same list of ids). Any other id (one
+            # not seen at rest yet, one that leaves rest, a value that is no int, a stop id,
+            # one that reaches max_tokens) sends them all one by one.
+            texts = []
+            for token_id in ids:
+                text = rest.get(token_id)
+                if text is None or token_id.__class__ is not int:
+                    break
+                texts.append(text)
+            else:
+                taken = self.token_ids
+                if self._unbounded or (len(taken) + len(ids) <= self._limit and self._stop_ids.isdisjoint(ids)):
+                    taken += ids
+                    return _tuple_new(Delta, ("".join(texts), "", (), None, None, len(ids)))  # type: ignore[arg-type]
         if self._on_unknown is None:
             delta = self._reference().push(ids)
             self._caught_up()
             return delta
-        if isinstance(ids, int) or hasattr(ids, "__index__"):
-            return _one(self, ids)  # type: ignore[arg-type]
+        if ids.__class__ is not list:
+            if isinstance(ids, int) or hasattr(ids, "__index__"):
+                return _one(self, ids)  # type: ignore[arg-type]
+            if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+                raise TokenTypeError(ids, len(self.token_ids), self.request_id)
         # Types first: a value that is no id refuses the whole push, as without the callback.
         at = len(self.token_ids)
-        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
-            raise TokenTypeError(ids, at, self.request_id)
         rid = self.request_id  # a property: read once, not per id
         batch = [v if type(v) is int else as_id(v, at + k, rid) for k, v in enumerate(ids)]
-        parts, consumed = [], 0
+        push_text = self.push_text
+        parts = []
         for token_id in batch:
-            parts.append(self.push_text(token_id))
-            consumed += 1
+            parts.append(push_text(token_id))
             if self.finish_reason is not None:
                 break
-        return Delta("".join(parts), finish_reason=self.finish_reason, stop_reason=self.stop_reason, consumed=consumed)
+        return _tuple_new(Delta, ("".join(parts), "", (), self.finish_reason, self.stop_reason, len(parts)))  # type: ignore[arg-type]
 
     def finish(self, drop_incomplete: bool = False) -> Delta:
         """End the stream: release everything held, rendered as the final decode renders

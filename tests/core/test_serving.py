@@ -83,6 +83,53 @@ def test_a_stop_inside_a_multi_id_push_consumes_up_to_it(qwen3):
         assert d.text == "Hello there. " and d.consumed < len(ids) and s.token_ids == ids[: d.consumed]
 
 
+def test_several_ids_at_rest_in_one_push_are_what_push_text_gives_one_by_one(qwen3):
+    """A push of several ids that each leave the stream at rest takes them in one go; any
+    one that does not (a stop id, the one reaching max_tokens, a bool, a numpy integer, an
+    id not seen at rest yet, one holding a stop's first character) sends the push one by
+    one: text, count, ids taken and finish are push_text's, with and without the callback."""
+    import numpy as np
+
+    words = qwen3.encode(" one two three four five six", add_special_tokens=False)
+    unseen = qwen3.encode(" zebrafish", add_special_tokens=False)
+    newline = qwen3.encode("\n", add_special_tokens=False)
+    cases = [
+        ({}, words),
+        ({"stop_token_ids": [words[2]]}, words),
+        ({"max_tokens": 4}, words[:4]),
+        ({"max_tokens": 4}, words[:3]),
+        ({"max_tokens": 4}, words[:5]),
+        ({}, [words[0], True, words[1]]),
+        ({}, [words[0], np.int64(words[1]), words[2]]),
+        ({}, words[:2] + unseen + words[2:]),
+        ({"stop": ["\nX"]}, words[:2] + newline + words[2:]),
+    ]
+    for callback in (None, lambda exc: None):
+        for kw, ids in cases:
+            opts = {"eos_token_ids": (), "on_unknown_id": callback, **kw}
+            # The rest texts of these stops learnt (ids that end the stream aside).
+            warm = ServingStream.from_tokenizer(qwen3, eos_token_ids=(), stop=kw.get("stop", ()))
+            for i in words:
+                warm.push_text(i)
+            one = ServingStream.from_tokenizer(qwen3, **opts)
+            texts = []
+            try:
+                for i in ids:
+                    if one.finished:
+                        break
+                    texts.append(one.push_text(i))
+            except Exception as exc:  # noqa: BLE001  (a bool: the same error from push)
+                with pytest.raises(type(exc)):
+                    ServingStream.from_tokenizer(qwen3, **opts).push(ids)
+                continue
+            s = ServingStream.from_tokenizer(qwen3, **opts)
+            d = s.push(ids)
+            assert (d.text, d.consumed, d.finish_reason, d.stop_reason) == (
+                "".join(texts), len(one.token_ids), one.finish_reason, one.stop_reason
+            ), (kw, ids)
+            assert s.token_ids == one.token_ids and all(type(i) is int for i in s.token_ids)
+
+
 def test_rest_texts_are_shared_by_the_stops_first_characters(qwen3):
     """What a stream learns at rest depends on the stops' first characters only: streams
     whose stop sets differ but start alike share it (a set never seen before costs nothing);

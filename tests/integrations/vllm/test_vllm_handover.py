@@ -43,22 +43,26 @@ class Injected(RuntimeError):
 
 
 @contextlib.contextmanager
-def faults(mp: pytest.MonkeyPatch, method: str, at: dict[str, int], *, after: bool) -> Iterator[dict[str, int]]:
-    """``ServingStream.<method>`` raises on the ``at[rid]``-th call for request ``rid``,
-    before the real call (``after=False``) or once it has run. Yields the calls counted."""
-    real = getattr(ServingStream, method)
+def faults(mp: pytest.MonkeyPatch, methods: str, at: dict[str, int], *, after: bool) -> Iterator[dict[str, int]]:
+    """``ServingStream``'s methods named in ``methods`` (space-separated) raise on the
+    ``at[rid]``-th call, counted across them, for request ``rid``, before the real call
+    (``after=False``) or once it has run. Yields the calls counted."""
     calls: dict[str, int] = {}
 
-    def faulty(stream: ServingStream, *args: Any, **kwargs: Any) -> Any:
-        rid = stream.request_id
-        calls[rid] = calls.get(rid, 0) + 1
-        if at.get(rid) != calls[rid]:
-            return real(stream, *args, **kwargs)
-        if after:
-            real(stream, *args, **kwargs)
-        raise Injected(f"fault in {method} of {rid}")
+    def faulty(method: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(stream: ServingStream, *args: Any, **kwargs: Any) -> Any:
+            rid = stream.request_id
+            calls[rid] = calls.get(rid, 0) + 1
+            if at.get(rid) != calls[rid]:
+                return real(stream, *args, **kwargs)
+            if after:
+                real(stream, *args, **kwargs)
+            raise Injected(f"fault in {method} of {rid}")
 
-    mp.setattr(ServingStream, method, faulty)
+        return call
+
+    for method in methods.split():
+        mp.setattr(ServingStream, method, faulty(method, getattr(ServingStream, method)))
     yield calls
 
 
@@ -92,13 +96,14 @@ def assert_handed_over(name: str, req: Req, seq: Seq, stock: Seq) -> None:
 @pytest.mark.parametrize("name", TOKENIZERS)
 def test_a_stream_that_raises_hands_its_request_to_stock_and_the_loop_goes_on(name, step, kind, after, caplog):
     reqs = requests(name)
-    # Every other request fails, each at another of its ids (push calls push_text per id).
+    # Every other request fails, each at another of its steps: a call of push_text (one id)
+    # or push (several ids, one by one through push_text or, at rest, in one go).
     at = {f"r{i}": 1 + (i * 3) % 11 for i in range(0, len(reqs), 2)}
     with (
         pytest.MonkeyPatch.context() as mp,
         caplog.at_level(logging.ERROR, logger="vllm.detok_plugin"),
         detokenizer(plugin=True),
-        faults(mp, "push_text", at, after=after) as calls,
+        faults(mp, "push_text push", at, after=after) as calls,
         faults(mp, "finish", {}, after=False) as finished,
     ):
         seqs = replay(vllm_tokenizer(name), reqs, kind=kind, step=step)
