@@ -315,7 +315,7 @@ class ServingStream:
                 taken = self.token_ids
                 if self._unbounded or (len(taken) + len(ids) <= self._limit and self._stop_ids.isdisjoint(ids)):
                     taken += ids
-                    return _tuple_new(Delta, ("".join(texts), "", (), None, None, len(ids)))  # type: ignore[arg-type]
+                    return _tuple_new(Delta, ("".join(texts), "", (), None, None, len(ids)))
         if self._on_unknown is None:
             delta = self._reference().push(ids)
             self._caught_up()
@@ -335,7 +335,7 @@ class ServingStream:
             parts.append(push_text(token_id))
             if self.finish_reason is not None:
                 break
-        return _tuple_new(Delta, ("".join(parts), "", (), self.finish_reason, self.stop_reason, len(parts)))  # type: ignore[arg-type]
+        return _tuple_new(Delta, ("".join(parts), "", (), self.finish_reason, self.stop_reason, len(parts)))
 
     def finish(self, drop_incomplete: bool = False) -> Delta:
         """End the stream: release everything held, rendered as the final decode renders

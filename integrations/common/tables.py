@@ -5,10 +5,10 @@ stream opens on it (``build_table``, cached per tokenizer object): 0.2 s for Smo
 ids, 0.6-0.9 s for Qwen3's 151k, 1.3 s for gpt-oss's 200k on this project's CPU. Inside a
 request that is a stall a stock server never has, and it lands on the server's output loop
 (every request being served waits). :func:`warm` starts that build in a daemon thread as soon
-as a shim sees the tokenizer a server will stream with, so it runs while the server starts:
-vLLM builds its ``OutputProcessor`` before its engine core starts loading the model;
-SGLang's scheduler sees a tokenizer first in its own warm-up request (which has no stop
-strings: its detokenizer builds the table for that request, before the server is ready). A
+as a shim sees the tokenizer a server will stream with, so it runs while the server starts
+(:func:`warming` wraps the server's method that loads its tokenizer): vLLM builds its
+``OutputProcessor`` before its engine core starts loading the model; SGLang's scheduler and
+detokenizer load theirs (``init_tokenizer``) before the scheduler loads the model. A
 request that arrives while the build runs waits for it (``build_table`` builds each table
 once, under a lock), as it would have built it; nothing else changes. One line per tokenizer
 says when the table is ready, and on which path.
@@ -21,11 +21,12 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from detok_plugin import build_table
 
-__all__ = ["join", "warm"]
+__all__ = ["join", "warm", "warming"]
 
 #: The tokenizers a build was started for, by id: a weak reference (the entry goes with the
 #: tokenizer), or the tokenizer itself where it takes none (then at most 32 are kept).
@@ -34,11 +35,25 @@ _threads: list[threading.Thread] = []
 _lock = threading.Lock()
 
 
-def warm(tokenizer: Any, log: logging.Logger) -> threading.Thread | None:
+def warming(stock: Callable[..., Any], log: logging.Logger, where: str = "") -> Callable[..., Any]:
+    """A server's method that sets ``self.tokenizer`` (``stock``, its ``__init__`` or its
+    ``init_tokenizer``), then that tokenizer's table built in the background (:func:`warm`;
+    ``where`` starts its line)."""
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = stock(self, *args, **kwargs)
+        warm(getattr(self, "tokenizer", None), log, where)
+        return result
+
+    method.__name__ = method.__qualname__ = getattr(stock, "__name__", "method")
+    return method
+
+
+def warm(tokenizer: Any, log: logging.Logger, where: str = "") -> threading.Thread | None:
     """Start building ``tokenizer``'s table in a daemon thread, once per tokenizer object;
     returns the thread, or None (no tokenizer, or a build already started for it: a lookup).
-    Never raises: a tokenizer the table cannot read is found again, and handled, when a
-    stream opens on it."""
+    ``where`` starts the line that says it is ready (a process's name). Never raises: a
+    tokenizer the table cannot read is found again, and handled, when a stream opens on it."""
     if tokenizer is None or _seen(tokenizer):
         return None
     with _lock:
@@ -51,7 +66,7 @@ def warm(tokenizer: Any, log: logging.Logger) -> threading.Thread | None:
             if len(_started) >= 32:
                 _started.pop(next(iter(_started)))
             _started[key] = tokenizer
-        thread = threading.Thread(target=_build, args=(tokenizer, log), name="detok-plugin-table", daemon=True)
+        thread = threading.Thread(target=_build, args=(tokenizer, log, where), name="detok-plugin-table", daemon=True)
         _threads[:] = [t for t in _threads if t.is_alive()] + [thread]
     try:
         thread.start()
@@ -79,7 +94,7 @@ def join(timeout: float | None = None) -> None:
         thread.join(timeout)
 
 
-def _build(tokenizer: Any, log: logging.Logger) -> None:
+def _build(tokenizer: Any, log: logging.Logger, where: str) -> None:
     start = time.perf_counter()
     try:
         table, why = build_table(tokenizer)
@@ -88,4 +103,4 @@ def _build(tokenizer: Any, log: logging.Logger) -> None:
         return
     name = getattr(tokenizer, "name_or_path", None) or type(tokenizer).__name__
     path = table.family if table is not None else f"generic: {why}"
-    log.info("detok-plugin: %s: tokenizer table ready (%s; %.2f s in a background thread)", name, path, time.perf_counter() - start)
+    log.info("%sdetok-plugin: %s: tokenizer table ready (%s; %.2f s in a background thread)", where, name, path, time.perf_counter() - start)

@@ -33,6 +33,7 @@ __all__ = [
     "contract_problems",
     "process_name",
     "rust_server",
+    "scheduler_class",
     "seams",
     "sglang_version",
 ]
@@ -102,6 +103,13 @@ _ROLES = {
     "run_detokenizer_process": "sglang::detokenizer",
     "run_data_parallel_controller_process": "sglang::data_parallel_controller",
 }
+
+
+def scheduler_class() -> Any:
+    """SGLang's ``Scheduler`` where this process has imported it (the scheduler's own
+    process, which loads the plugins from its module), else None: the shim never imports
+    it (a heavy module, and no other process builds one)."""
+    return getattr(sys.modules.get("sglang.srt.managers.scheduler"), "Scheduler", None)
 
 
 def process_name() -> str:
@@ -193,7 +201,7 @@ def _detokenizer_problems(s: Seams) -> list[str]:
     if status[:5] != ["decoded_text", "decode_ids", "surr_offset", "read_offset", "sent_offset"]:
         problems.append("DecodeStatus is not (decoded_text, decode_ids, surr_offset, read_offset, sent_offset, ...)")
     for method, names in (("init_tokenizer", ("tokenizer",)), ("init_running_status", ("decode_status",))):
-        fn = getattr(cls, method, None)
+        fn = _stock(cls, method)  # init_tokenizer: SGLang's, behind ours (plugin._build_tables_at_start)
         if fn is None or not set(names) <= _names(fn):
             problems.append(f"DetokenizerManager.{method} no longer sets {', '.join(names)}")
     try:

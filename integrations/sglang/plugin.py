@@ -3,7 +3,9 @@
 SGLang runs every general plugin's entry point in each process it starts (the server's
 main process, the scheduler, the detokenizer, a data-parallel controller), through
 ``sglang.srt.plugins.load_plugins()``. :func:`register` then patches the two seams
-(``scheduler``: stop strings; ``detokenizer``: the text) when the switch is on:
+(``scheduler``: stop strings; ``detokenizer``: the text), and wraps the detokenizer's and
+the scheduler's ``init_tokenizer`` so that each process builds its tokenizer's table as it
+loads the tokenizer (``common.tables``), when the switch is on:
 
 * ``DETOK_PLUGIN=1`` (or ``true``/``yes``/``on``) switches it on; ``DETOK_PLUGIN=0`` keeps
   stock SGLang even when ``SGLANG_PLUGINS`` names the plugin; any other value keeps stock
@@ -37,8 +39,10 @@ import sys
 import threading
 from collections.abc import Mapping
 
+from ..common.patches import PATCHES
 from ..common.startup import say
 from ..common.switch import Switch
+from ..common.tables import warming
 from . import _framework, detokenizer, parsers, scheduler
 
 __all__ = ["PLUGIN_NAME", "Settings", "is_registered", "register", "unregister"]
@@ -144,6 +148,7 @@ def _register() -> bool:
         return False
     scheduler.install()
     detokenizer.install()
+    _build_tables_at_start()
     parsers.install(_say_once)  # the detok_* chat parsers, in the server's own process
     _say_once(
         logging.INFO,
@@ -154,12 +159,34 @@ def _register() -> bool:
     return True
 
 
+def _loaders() -> list[object]:
+    """The classes whose ``init_tokenizer`` loads a process's tokenizer: the detokenizer's,
+    and the scheduler's in its own process."""
+    return [c for c in (_framework.seams().DetokenizerManager, _framework.scheduler_class()) if c is not None]
+
+
+def _build_tables_at_start() -> None:
+    """Each process's tokenizer table built as the process loads its tokenizer
+    (``init_tokenizer``, before the scheduler loads the model), in the background
+    (``common.tables``): not in the first request, which with ``--skip-server-warmup`` would
+    otherwise build it on the scheduler's or the detokenizer's loop. An SGLang without the
+    method leaves the build to the first stream."""
+    where = f"[{_framework.process_name()}] "
+    with PATCHES.lock:
+        for owner in _loaders():
+            stock = getattr(owner, "init_tokenizer", None)
+            if stock is not None and not PATCHES.is_ours(owner, "init_tokenizer"):
+                PATCHES.install(owner, "init_tokenizer", warming(stock, logging.getLogger(LOGGER), where))
+
+
 def unregister() -> bool:
     """Put SGLang's stock methods back; returns whether any of ours was installed."""
     try:
         _framework.seams()
     except ImportError:
         return False
+    for owner in _loaders():
+        PATCHES.uninstall(owner, "init_tokenizer")
     return any([scheduler.uninstall(), detokenizer.uninstall(), parsers.uninstall()])
 
 

@@ -50,7 +50,6 @@ from typing import Any
 from detok_plugin import ServingStream, TokenIdError
 
 from ..common.patches import PATCHES
-from ..common.tables import warm
 from . import _framework
 
 __all__ = ["check_match_stop_str_prefix", "check_str_based_finish", "install", "open_stream", "uninstall"]
@@ -93,11 +92,6 @@ def _watch(req: Any) -> ServingStream | None:
     elif not params.stop_strs:
         req._check_str_based_finish = _no_stop
         req.check_match_stop_str_prefix = _holds_nothing
-        # The first such request a scheduler sees (SGLang's own warm-up request, at start)
-        # starts building the tokenizer's table in the background (a lookup after that):
-        # the first request with stop strings then finds it ready instead of building it on
-        # the scheduler's loop.
-        warm(req.tokenizer, logger)
     else:
         try:
             stream = open_stream(req)

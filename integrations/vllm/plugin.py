@@ -47,7 +47,7 @@ from typing import Any
 
 from ..common.patches import PATCHES
 from ..common.switch import Switch
-from ..common.tables import warm
+from ..common.tables import warming
 from . import _framework, parser_names
 from .detokenizer import VllmDetokenizer, detokenizer_is_ours, stock_detokenizer
 from .parser_names import Refusal
@@ -104,18 +104,6 @@ def _from_new_request(cls: Any, tokenizer: Any, request: Any) -> Any:
     except Exception as exc:  # a bug: this request stays stock rather than fail
         logger.error("detok-plugin: request %s stays stock: %r", request.request_id, exc, exc_info=exc)
         return stock_detokenizer(tokenizer, request)
-
-
-def _warming_init(stock: Any) -> Any:
-    """vLLM's ``OutputProcessor.__init__`` (``stock``), then its tokenizer's table built in
-    the background (``common.tables``): vLLM builds its output processor before its engine
-    core loads the model, so a server's first request finds the table ready."""
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        stock(self, *args, **kwargs)
-        warm(getattr(self, "tokenizer", None), logger)
-
-    return __init__
 
 
 def _startup_log(level: int, msg: str, *args: Any) -> None:
@@ -245,7 +233,7 @@ def register() -> bool:
         processor = _framework.detokenizer_api()[1].OutputProcessor
         if not PATCHES.is_ours(processor, "__init__"):
             # Its own __init__ or an inherited one: a vLLM that moved it still starts.
-            PATCHES.install(processor, "__init__", _warming_init(processor.__init__))
+            PATCHES.install(processor, "__init__", warming(processor.__init__, logger))
     # Once per process: vLLM calls every general plugin in each of its processes, and a
     # second register() in one process changes nothing.
     level = logging.INFO if patched_now else logging.DEBUG

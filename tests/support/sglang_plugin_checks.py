@@ -91,8 +91,14 @@ def broken_contract() -> dict[str, Any]:
 
     Req._check_str_based_finish = changed
     err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        on = register()
+    # On stderr, or through SGLang's logging where a module imported earlier set it up.
+    handler = logging.StreamHandler(err)
+    logging.getLogger("sglang.detok_plugin").addHandler(handler)
+    try:
+        with contextlib.redirect_stderr(err):
+            on = register()
+    finally:
+        logging.getLogger("sglang.detok_plugin").removeHandler(handler)
     return {"on": on, "stderr": err.getvalue(), "hooks": _hooks()}
 
 
@@ -241,13 +247,22 @@ def scheduler_lifecycle() -> dict[str, Any]:
     return out
 
 
-def scheduler_table() -> dict[str, Any]:
-    """A scheduler's first request without stop strings (SGLang's warm-up request) starts
-    building the tokenizer's table in the background, once per tokenizer; its lines."""
+def tokenizer_tables() -> dict[str, Any]:
+    """Where each process's tokenizer table is built: SGLang's ``init_tokenizer`` of the
+    detokenizer and, in the scheduler's process (which has imported its module), of the
+    scheduler, wrapped by ``register()`` and put back by ``unregister()``; a scheduler's
+    requests, with or without stop strings, start no build of their own."""
+    import sglang.srt.managers.scheduler as scheduler_module
     from detok_plugin.integrations.common import tables
-    from detok_plugin.integrations.sglang import register
+    from detok_plugin.integrations.common.patches import PATCHES
+    from detok_plugin.integrations.sglang import register, unregister
+    from sglang.srt.managers.detokenizer_manager import DetokenizerManager
 
+    owners = {"scheduler": scheduler_module.Scheduler, "detokenizer": DetokenizerManager}
+    unregister()  # the earlier checks' registration
+    stock = {name: owner.init_tokenizer for name, owner in owners.items()}
     register()
+    wrapped = {name: PATCHES.is_ours(owner, "init_tokenizer") for name, owner in owners.items()}
     tables.join(timeout=120)  # the builds earlier checks started
     logs = io.StringIO()
     log = logging.getLogger("sglang.detok_plugin")
@@ -257,14 +272,18 @@ def scheduler_table() -> dict[str, Any]:
     log.setLevel(logging.INFO)
     try:
         tok = _tokenizer()  # a new object: no table yet
-        for name in ("warm-up", "second"):
-            _run_to_finish(_req(tok, name, None), enc(tok, "a b c"))
-            tables.join(timeout=120)
-        _run_to_finish(_req(tok, "stops", [STOP]), enc(tok, "a b") + enc(tok, STOP))
+        _run_to_finish(_req(tok, "no-stops", None), enc(tok, "a b c"))
+        tables.join(timeout=120)
     finally:
         log.removeHandler(handler)
         log.setLevel(level)
-    return {"lines": [line for line in logs.getvalue().splitlines() if "tokenizer table" in line]}
+    unregister()
+    restored = {name: owner.init_tokenizer is stock[name] for name, owner in owners.items()}
+    register()
+    return {
+        "wrapped": wrapped, "restored": restored,
+        "request_lines": [line for line in logs.getvalue().splitlines() if "tokenizer table" in line],
+    }
 
 
 def detokenizer_hand_over(rids: tuple[str, ...] = ("a", "b")) -> dict[str, Any]:
@@ -314,7 +333,7 @@ def everything() -> dict[str, Any]:
         "load_plugins": load_plugins(),
         "scheduler_hand_over": scheduler_hand_over(),
         "scheduler_lifecycle": scheduler_lifecycle(),
-        "scheduler_table": scheduler_table(),
+        "tokenizer_tables": tokenizer_tables(),
         "detokenizer_hand_over": detokenizer_hand_over(),
         "detokenizer_hand_over_alone": detokenizer_hand_over(("a",)),
         "broken_contract": broken_contract(),
@@ -324,7 +343,7 @@ def everything() -> dict[str, Any]:
 CHECKS = {
     f.__name__: f
     for f in (
-        load_plugins, broken_contract, scheduler_hand_over, scheduler_lifecycle, scheduler_table, detokenizer_hand_over,
+        load_plugins, broken_contract, scheduler_hand_over, scheduler_lifecycle, tokenizer_tables, detokenizer_hand_over,
         everything,
     )
 }

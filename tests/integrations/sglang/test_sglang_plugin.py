@@ -112,9 +112,11 @@ def test_a_finished_request_is_freed_without_garbage_collection(checked: dict[st
     assert checked["scheduler_lifecycle"]["freed_without_gc"] is True
 
 
-def test_a_schedulers_first_request_without_stops_starts_building_the_table(checked: dict[str, Any]) -> None:
-    """SGLang's warm-up request has no stop strings: the scheduler starts the tokenizer's
-    table then, in the background, once per tokenizer, so the first request with stop
-    strings does not build it on the scheduler's loop."""
-    (line,) = checked["scheduler_table"]["lines"]
-    assert "tokenizer table ready (byte_level; " in line
+def test_each_process_builds_its_table_where_sglang_loads_its_tokenizer(checked: dict[str, Any]) -> None:
+    """The detokenizer's and the scheduler's ``init_tokenizer`` are wrapped while the plugin
+    is on (the build starts there, before the scheduler loads the model) and SGLang's own
+    after ``unregister()``; a request starts no build of its own."""
+    got = checked["tokenizer_tables"]
+    assert got["wrapped"] == {"scheduler": True, "detokenizer": True}
+    assert got["restored"] == {"scheduler": True, "detokenizer": True}
+    assert got["request_lines"] == []

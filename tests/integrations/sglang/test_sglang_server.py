@@ -15,7 +15,6 @@ no U+FFFD. Each process of the plugin's server says it is on, the stock one's of
 from __future__ import annotations
 
 import concurrent.futures
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -165,20 +164,20 @@ def test_each_process_says_what_the_switch_did(servers: dict[str, Server]) -> No
     assert not servers["stock"].lines("detok-plugin: on")
 
 
-def test_the_plugins_scheduler_builds_the_table_at_a_request_without_stops(
+def test_each_plugin_process_builds_its_table_before_the_server_is_ready(
     servers: dict[str, Server], tokenizer: Any, processor: str
 ) -> None:
-    """A scheduler's first request without stop strings (SGLang's own warm-up request, which
-    these servers skip) starts its table build in the background, once; the plugin's
-    detokenizer builds its own in that request; stock builds none. The text is exact."""
+    """The scheduler and the detokenizer each build their tokenizer's table as they load the
+    tokenizer, in the background, once, before the server says it is ready: these servers
+    skip SGLang's warm-up request, so no request builds one on a loop. Stock builds none.
+    The text is exact."""
     prompt = enc(tokenizer, "Say something.")
     case = {"ids": enc(tokenizer, "Hello there, 世界")}
     for who in ("plugin", "stock"):
         assert complete(servers[who], prompt, case, processor) == {0: oracle(tokenizer, prompt, case["ids"], [])}
-    for _ in range(600):  # the build's line, from its thread
-        if servers["plugin"].lines("tokenizer table ready (byte_level; "):
-            break
-        time.sleep(0.1)
-    lines = servers["plugin"].lines("tokenizer table ready (byte_level; ")
-    assert len(lines) == 1, servers["plugin"].tail()  # the scheduler's: the detokenizer builds in its request
+    log = servers["plugin"].lines("")
+    ready = next(n for n, line in enumerate(log) if "The server is fired up and ready to roll!" in line)
+    for process in ("[sglang::scheduler]", "[sglang::detokenizer]"):
+        at = [n for n, line in enumerate(log) if f"{process} detok-plugin: " in line and "tokenizer table ready (byte_level; " in line]
+        assert len(at) == 1 and at[0] < ready, (process, servers["plugin"].tail())
     assert not servers["stock"].lines("tokenizer table ready")
