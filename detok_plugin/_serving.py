@@ -11,32 +11,31 @@ takes the common token itself:
     ``max_tokens``: then the reference would append the id, release that text and change
     nothing else, so this class does exactly that, without the call.
 
-While the *boundary* is live (the decoder may hold the bytes of an unfinished character, a
-stop may be partly matched), an id in the vocabulary that is no stop id and does not reach
-``max_tokens`` is fed to the reference's own decoder here; when no stop is partly matched,
-the text it settles holds no first character of a stop, and what the decoder now holds cannot
-complete one, that text leaves and nothing else changes, as in the reference's ``push_text``;
-otherwise the reference's boundary takes that text (a partial stop goes on, is given up or
-completes), and only what it holds and whether a stop is still partly matched are read back
-while it stays live. Held bytes can complete a stop only as real characters: a byte-level tail never
-(rendered final it is U+FFFD), a SentencePiece byte run once it ends on a whole character
-(its characters show before the run closes), and either when a stop has U+FFFD (then every
-id goes to the reference). This is every split character's path (an emoji is three or
-four byte-level tokens, or four SentencePiece byte pieces).
+While the *boundary* is live (the decoder may hold the bytes of an unfinished character, a stop may
+be partly matched), an id in the vocabulary that is no stop id and does not reach ``max_tokens`` is
+fed to the reference's own decoder here; when no stop is partly matched, the text it settles holds
+no first character of a stop, and what the decoder now holds cannot complete one, that text leaves
+and nothing else changes, as in the reference's ``push_text``; otherwise the reference's boundary
+takes that text (a partial stop goes on, is given up or completes), and only what it holds and
+whether a stop is still partly matched are read back while it stays live. Held bytes can complete a
+stop only as real characters: a byte-level tail never (rendered final it is U+FFFD), a
+SentencePiece byte run once it ends on a whole character (its characters show before the run
+closes), and either when a stop has U+FFFD (then every id goes to the reference). This is every
+split character's path (an emoji is three or four byte-level tokens, or four SentencePiece byte
+pieces).
 
-Every other id goes to the reference, after which the stream reads whether it is at rest
-again. The reference's decoder and boundary are the only state: this class keeps none of
-its own beyond the shared tables, so it never has to be brought back in step. The reference
-is built when an id first needs it (on the generic path, or with a prompt's held tail to
-skip, at once): until then every id took a shortcut, after which the reference would have
-changed nothing but the decoder and the list of ids, which it is then given. A request
-whose ids all leave at rest (no stop, or none of its first characters, no split character
-that a stop could complete) never builds it, and ``finish`` with nothing held needs none
-(the stream then only notes that it ended, which the reference, if ever built, is told).
-Nothing is learnt: a request with a stop set never seen before costs what one seen a thousand times
-costs. There is no protocol to follow: the verbs are ``push_text``, ``push`` and
-``finish``, as on the reference, and ``follow`` for a scheduler that only watches for stops
-(it reads no text: the id's text is looked up as ``push_text`` looks it up, and not returned).
+Every other id goes to the reference, after which the stream reads whether it is at rest again. The
+reference's decoder and boundary are the only state: this class keeps none of its own beyond the
+shared tables, so it never has to be brought back in step. The reference is built when an id first
+needs it (on the generic path, or with a prompt's held tail to skip, at once): until then every id
+took a shortcut, after which the reference would have changed nothing but the decoder and the list
+of ids, which it is then given. A request whose ids all leave at rest (no stop, or none of its
+first characters, no split character that a stop could complete) never builds it, and ``finish``
+with nothing held needs none (the stream then only notes that it ended, which the reference, if
+ever built, is told). Nothing is learnt: a request with a stop set never seen before costs what one
+seen a thousand times costs. There is no protocol to follow: the verbs are ``push_text``, ``push``
+and ``finish``, as on the reference, and ``follow`` for a scheduler that only watches for stops (it
+reads no text: the id's text is looked up as ``push_text`` looks it up, and not returned).
 
 >>> from detok_plugin import ServingStream, TokenTable
 >>> table = TokenTable("byte_level", (b"\\xf0\\x9f", b"\\xab", b"\\xa8", b"Hi", b" ###"), frozenset())
@@ -87,30 +86,9 @@ class ServingStream:
 
     # What the common token reads comes first.
     __slots__ = (
-        "_rest",
-        "token_ids",
-        "_unbounded",
-        "_limit",
-        "_stop_ids",
-        "finish_reason",
-        "stop_reason",
-        "held",
-        "_fed_below",
-        "_partial",
-        "_node",
-        "_steps",
-        "_behind",
-        "_runs",
-        "_dec",
-        "_vocab",
-        "_size",
-        "_state",
-        "_opening",
-        "_ended",
-        "_known",
-        "_quick",
-        "_first",
-        "_on_unknown",
+        "_rest", "token_ids", "_unbounded", "_limit", "_stop_ids", "finish_reason", "stop_reason", "held",
+        "_fed_below", "_partial", "_node", "_steps", "_behind", "_runs", "_dec", "_vocab", "_size",
+        "_state", "_opening", "_ended", "_known", "_quick", "_first", "_on_unknown"
     )
 
     token_ids: list[int]
@@ -299,23 +277,10 @@ class ServingStream:
         stop completed among them). With ``on_unknown_id``, the ids are taken one by one
         (an unknown one is counted and renders as ``""``); without, a bad id anywhere
         raises before any id of the push is applied."""
-        rest = self._rest
-        if rest is not None and ids.__class__ is list:
-            # At rest, several ids that each leave it at rest: push_text's first shortcut for
-            # all of them in one go (the same texts, the same list of ids). Any other id (one
-            # not seen at rest yet, one that leaves rest, a value that is no int, a stop id,
-            # one that reaches max_tokens) sends them all one by one.
-            texts = []
-            for token_id in ids:
-                text = rest.get(token_id)
-                if text is None or token_id.__class__ is not int:
-                    break
-                texts.append(text)
-            else:
-                taken = self.token_ids
-                if self._unbounded or (len(taken) + len(ids) <= self._limit and self._stop_ids.isdisjoint(ids)):
-                    taken += ids
-                    return _tuple_new(Delta, ("".join(texts), "", (), None, None, len(ids)))
+        if self._rest is not None and ids.__class__ is list:
+            delta = _at_rest(self, ids)
+            if delta is not None:
+                return delta
         if self._on_unknown is None:
             delta = self._reference().push(ids)
             self._caught_up()
@@ -325,17 +290,7 @@ class ServingStream:
                 return _one(self, ids)  # type: ignore[arg-type]
             if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
                 raise TokenTypeError(ids, len(self.token_ids), self.request_id)
-        # Types first: a value that is no id refuses the whole push, as without the callback.
-        at = len(self.token_ids)
-        rid = self.request_id  # a property: read once, not per id
-        batch = [v if type(v) is int else as_id(v, at + k, rid) for k, v in enumerate(ids)]
-        push_text = self.push_text
-        parts = []
-        for token_id in batch:
-            parts.append(push_text(token_id))
-            if self.finish_reason is not None:
-                break
-        return _tuple_new(Delta, ("".join(parts), "", (), self.finish_reason, self.stop_reason, len(parts)))
+        return _one_by_one(self, ids)
 
     def finish(self, drop_incomplete: bool = False) -> Delta:
         """End the stream: release everything held, rendered as the final decode renders
@@ -450,3 +405,31 @@ class ServingStream:
 def _one(stream: ServingStream, token_id: int) -> Delta:
     text = stream.push_text(token_id)
     return Delta(text, finish_reason=stream.finish_reason, stop_reason=stream.stop_reason, consumed=1)
+
+
+def _at_rest(stream: ServingStream, ids: list[int]) -> Delta | None:
+    """Several ids, each leaving the stream at rest: push_text's first shortcut for all at once
+    (None for any other: unseen or leaving rest, no int, a stop id, max_tokens reached)."""
+    rest, texts = stream._rest, []  # noqa: SLF001
+    for token_id in ids:
+        text = rest.get(token_id)  # type: ignore[union-attr]
+        if text is None or token_id.__class__ is not int:
+            return None
+        texts.append(text)
+    taken = stream.token_ids
+    if not stream._unbounded and (len(taken) + len(ids) > stream._limit or not stream._stop_ids.isdisjoint(ids)):  # noqa: SLF001
+        return None
+    taken += ids
+    return _tuple_new(Delta, ("".join(texts), "", (), None, None, len(ids)))
+
+
+def _one_by_one(stream: ServingStream, ids: Sequence[Any]) -> Delta:
+    """Ids through push_text; types first (a value that is no id refuses the whole push)."""
+    at, rid = len(stream.token_ids), stream.request_id  # a property: read once, not per id
+    batch = [v if type(v) is int else as_id(v, at + k, rid) for k, v in enumerate(ids)]
+    push_text, parts = stream.push_text, []
+    for token_id in batch:
+        parts.append(push_text(token_id))
+        if stream.finish_reason is not None:
+            break
+    return _tuple_new(Delta, ("".join(parts), "", (), stream.finish_reason, stream.stop_reason, len(parts)))
