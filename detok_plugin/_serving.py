@@ -208,8 +208,11 @@ class ServingStream:
     def push_text(self, token_id: int) -> str:
         """Add one id; return the content it released (``""`` if none)."""
         # Both shortcuts (the module docstring) take only an int id (not a bool, numpy or
-        # torch scalar) that is no stop id and does not reach max_tokens.
-        if token_id.__class__ is int and token_id not in self._stop_ids and len(self.token_ids) < self._limit:
+        # torch scalar) that is no stop id and does not reach max_tokens (none of either,
+        # what a server's detokenizer has: one check).
+        if token_id.__class__ is int and (
+            self._unbounded or (token_id not in self._stop_ids and len(self.token_ids) < self._limit)
+        ):
             rest = self._rest
             if rest is not None:  # at rest: the common token is one lookup
                 text: str | None = rest.get(token_id, _UNSEEN)
