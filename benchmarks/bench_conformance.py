@@ -30,6 +30,7 @@ Run: ``.venv/bin/python benchmarks/bench_conformance.py [--family qwen3-hermes] 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import statistics
@@ -63,18 +64,39 @@ def _warm_up(fixtures: Sequence[Any]) -> None:
             C.run_case(f, name, cached=False)
 
 
-def run(fixtures: Sequence[Any]) -> dict[str, list[C.FixtureResult]]:
+def run(fixtures: Sequence[Any], repeats: int = 1, cold: bool = False) -> dict[str, list[C.FixtureResult]]:
+    """Every fixture under every configuration; the first result of each, with the median
+    wall of its ``repeats`` timings. A server serves one configuration, so its requests find
+    the code, tables and caches of the requests before them warm: each configuration
+    replays a family's fixtures in one block, the blocks taking turns, the order rotating
+    from round to round (``repeats`` rounds). ``cold``: the configurations take turns on
+    each fixture instead, so each fixture's replays follow the other configurations' (the
+    measurement before the blocks, one timing)."""
     _warm_up(fixtures)
     # What vLLM's API server does once it has started (``freeze_gc_heap``): the heap built
     # so far (here every tokenizer and table the run needs) is left out of the collector's
     # passes, so that a full collection does not land on whichever replay runs then.
     freeze_gc_heap()
-    results: dict[str, list[C.FixtureResult]] = {name: [] for name in CONFIG_NAMES}
-    for i, f in enumerate(fixtures):
-        order = CONFIG_NAMES[i % 3 :] + CONFIG_NAMES[: i % 3]
-        for name in order:
-            results[name].append(C.run_case(f, name, cached=False))
-    return results
+    blocks: dict[str, list[Any]] = defaultdict(list)
+    for f in fixtures:
+        blocks[f.family].append(f)
+    units = [[f] for f in fixtures] if cold else list(blocks.values())
+    got: dict[tuple[str, str], list[C.FixtureResult]] = defaultdict(list)
+    turn = 0
+    for _ in range(repeats):
+        for unit in units:
+            for name in CONFIG_NAMES[turn % 3 :] + CONFIG_NAMES[: turn % 3]:
+                for f in unit:
+                    got[name, f.id].append(C.run_case(f, name, cached=False))
+            turn += 1
+    return {
+        name: [
+            dataclasses.replace(runs[0], wall_s=statistics.median(r.wall_s for r in runs))
+            for f in fixtures
+            for runs in [got[name, f.id]]
+        ]
+        for name in CONFIG_NAMES
+    }
 
 
 def _key(r: C.FixtureResult, models: bool) -> str:
@@ -158,12 +180,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--family", action="append", default=[], help="only this family (repeatable)")
     ap.add_argument("--models", action="store_true", help="one table row per reference model")
     ap.add_argument("--json", help="write every fixture's result here")
+    ap.add_argument("--repeats", type=int, default=1, help="time each fixture's replays this many times (the median counts)")
+    ap.add_argument("--cold", action="store_true", help="configurations take turns on each fixture, not on each family's block")
     args = ap.parse_args(argv)
     _quiet()
     t0 = time.perf_counter()
     fixtures = C.fixtures(args.family)
-    results = run(fixtures)
-    print(f"# CanIToolCall 0.1.1, {len(fixtures)} fixtures, vLLM 0.33.0 chat path ({time.perf_counter() - t0:.0f} s)")
+    results = run(fixtures, args.repeats, args.cold)
+    print(f"# CanIToolCall 0.1.1, {len(fixtures)} fixtures, vLLM 0.33.0 chat path ({time.perf_counter() - t0:.0f} s; "
+          f"{'cold, ' if args.cold else ''}{args.repeats} timing(s) each)")
     print_table(results, args.models)
     print_non_passes(results)
     print_times(results)
