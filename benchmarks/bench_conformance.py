@@ -20,11 +20,12 @@ It prints
     plugin around them nor the parser class's lookup, which a server makes once at start-up), stock beside detok,
     the median over each family's fixtures, and the median of the per-fixture ratios
     detok/stock. The configurations run in turn on each fixture, the order rotating from
-    fixture to fixture, after an untimed warm-up of each configuration on each tokenizer
+    turn to turn, after an untimed warm-up of each configuration on each tokenizer
     and vLLM's own ``freeze_gc_heap`` (what its server calls once started), so the load of
-    a shared machine falls on both alike.
+    a shared machine falls on both alike; ``--repeats N``: N turns per fixture, the median
+    wall of each configuration's counts (one turn's wall moves by a third between runs here).
 
-Run: ``.venv/bin/python benchmarks/bench_conformance.py [--family qwen3-hermes] [--models] [--json out.json]``
+Run: ``.venv/bin/python benchmarks/bench_conformance.py [--family qwen3-hermes] [--models] [--repeats 3] [--json out.json]``
 """
 
 from __future__ import annotations
@@ -64,39 +65,26 @@ def _warm_up(fixtures: Sequence[Any]) -> None:
             C.run_case(f, name, cached=False)
 
 
-def run(fixtures: Sequence[Any], repeats: int = 1, cold: bool = False) -> dict[str, list[C.FixtureResult]]:
-    """Every fixture under every configuration; the first result of each, with the median
-    wall of its ``repeats`` timings. A server serves one configuration, so its requests find
-    the code, tables and caches of the requests before them warm: each configuration
-    replays a family's fixtures in one block, the blocks taking turns, the order rotating
-    from round to round (``repeats`` rounds). ``cold``: the configurations take turns on
-    each fixture instead, so each fixture's replays follow the other configurations' (the
-    measurement before the blocks, one timing)."""
+def run(fixtures: Sequence[Any], repeats: int = 1) -> dict[str, list[C.FixtureResult]]:
+    """Every fixture under every configuration, ``repeats`` times, the configurations taking
+    turns on each fixture (the order rotating from turn to turn, so the load of a shared
+    machine falls on all alike); the first result of each, with the median of its walls."""
     _warm_up(fixtures)
     # What vLLM's API server does once it has started (``freeze_gc_heap``): the heap built
     # so far (here every tokenizer and table the run needs) is left out of the collector's
     # passes, so that a full collection does not land on whichever replay runs then.
     freeze_gc_heap()
-    blocks: dict[str, list[Any]] = defaultdict(list)
-    for f in fixtures:
-        blocks[f.family].append(f)
-    units = [[f] for f in fixtures] if cold else list(blocks.values())
-    got: dict[tuple[str, str], list[C.FixtureResult]] = defaultdict(list)
+    results: dict[str, list[C.FixtureResult]] = {name: [] for name in CONFIG_NAMES}
     turn = 0
-    for _ in range(repeats):
-        for unit in units:
+    for f in fixtures:
+        got: dict[str, list[C.FixtureResult]] = {name: [] for name in CONFIG_NAMES}
+        for _ in range(repeats):
             for name in CONFIG_NAMES[turn % 3 :] + CONFIG_NAMES[: turn % 3]:
-                for f in unit:
-                    got[name, f.id].append(C.run_case(f, name, cached=False))
+                got[name].append(C.run_case(f, name, cached=False))
             turn += 1
-    return {
-        name: [
-            dataclasses.replace(runs[0], wall_s=statistics.median(r.wall_s for r in runs))
-            for f in fixtures
-            for runs in [got[name, f.id]]
-        ]
-        for name in CONFIG_NAMES
-    }
+        for name, runs in got.items():
+            results[name].append(dataclasses.replace(runs[0], wall_s=statistics.median(r.wall_s for r in runs)))
+    return results
 
 
 def _key(r: C.FixtureResult, models: bool) -> str:
@@ -181,14 +169,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--models", action="store_true", help="one table row per reference model")
     ap.add_argument("--json", help="write every fixture's result here")
     ap.add_argument("--repeats", type=int, default=1, help="time each fixture's replays this many times (the median counts)")
-    ap.add_argument("--cold", action="store_true", help="configurations take turns on each fixture, not on each family's block")
     args = ap.parse_args(argv)
     _quiet()
     t0 = time.perf_counter()
     fixtures = C.fixtures(args.family)
-    results = run(fixtures, args.repeats, args.cold)
+    results = run(fixtures, args.repeats)
     print(f"# CanIToolCall 0.1.1, {len(fixtures)} fixtures, vLLM 0.33.0 chat path ({time.perf_counter() - t0:.0f} s; "
-          f"{'cold, ' if args.cold else ''}{args.repeats} timing(s) each)")
+          f"{args.repeats} timing(s) each)")
     print_table(results, args.models)
     print_non_passes(results)
     print_times(results)
