@@ -31,7 +31,6 @@ Run: ``.venv/bin/python benchmarks/bench_conformance.py [--family qwen3-hermes] 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import statistics
@@ -66,24 +65,20 @@ def _warm_up(fixtures: Sequence[Any]) -> None:
 
 
 def run(fixtures: Sequence[Any], repeats: int = 1) -> dict[str, list[C.FixtureResult]]:
-    """Every fixture under every configuration, ``repeats`` times, the configurations taking
-    turns on each fixture (the order rotating from turn to turn, so the load of a shared
-    machine falls on all alike); the first result of each, with the median of its walls."""
+    """Every fixture under every configuration, the configurations taking turns on each
+    fixture (the order rotating from fixture to fixture, so the load of a shared machine
+    falls on all alike); each turn one untimed pass of the fixture's replays, then
+    ``repeats`` timed passes, the median counting: each timed request follows requests of
+    its own configuration, as in a server (``conformance.replays``)."""
     _warm_up(fixtures)
     # What vLLM's API server does once it has started (``freeze_gc_heap``): the heap built
     # so far (here every tokenizer and table the run needs) is left out of the collector's
     # passes, so that a full collection does not land on whichever replay runs then.
     freeze_gc_heap()
     results: dict[str, list[C.FixtureResult]] = {name: [] for name in CONFIG_NAMES}
-    turn = 0
-    for f in fixtures:
-        got: dict[str, list[C.FixtureResult]] = {name: [] for name in CONFIG_NAMES}
-        for _ in range(repeats):
-            for name in CONFIG_NAMES[turn % 3 :] + CONFIG_NAMES[: turn % 3]:
-                got[name].append(C.run_case(f, name, cached=False))
-            turn += 1
-        for name, runs in got.items():
-            results[name].append(dataclasses.replace(runs[0], wall_s=statistics.median(r.wall_s for r in runs)))
+    for turn, f in enumerate(fixtures):
+        for name in CONFIG_NAMES[turn % 3 :] + CONFIG_NAMES[: turn % 3]:
+            results[name].append(C.run_case(f, name, cached=False, timings=repeats))
     return results
 
 
@@ -170,6 +165,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--json", help="write every fixture's result here")
     ap.add_argument("--repeats", type=int, default=1, help="time each fixture's replays this many times (the median counts)")
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error("--repeats must be at least 1")
     _quiet()
     t0 = time.perf_counter()
     fixtures = C.fixtures(args.family)
