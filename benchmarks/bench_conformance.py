@@ -19,11 +19,12 @@ It prints
 (c) the wall time per fixture (its non-streamed and streamed replays; not the switch of the
     plugin around them nor the parser class's lookup, which a server makes once at start-up), stock beside detok,
     the median over each family's fixtures, and the median of the per-fixture ratios
-    detok/stock. The configurations run in turn on each fixture, the order rotating from
-    turn to turn, after an untimed warm-up of each configuration on each tokenizer
+    detok/stock. The configurations take turns on each fixture, the order rotating from
+    fixture to fixture, after an untimed warm-up of each configuration on each tokenizer
     and vLLM's own ``freeze_gc_heap`` (what its server calls once started), so the load of
-    a shared machine falls on both alike; ``--repeats N``: N turns per fixture, the median
-    wall of each configuration's counts (one turn's wall moves by a third between runs here).
+    a shared machine falls on all alike. Each turn is one untimed pass of the fixture's
+    replays, then ``--repeats N`` timed passes (default 1), the median counting: each timed
+    request follows requests of its own configuration, as in a server.
 
 Run: ``.venv/bin/python benchmarks/bench_conformance.py [--family qwen3-hermes] [--models] [--repeats 3] [--json out.json]``
 """

@@ -251,15 +251,16 @@ def replays(
     choice = local_tokenizer(fixture)
     assert choice.name is not None
     special = _special_ids(choice.name)
-    units = with_stop(replay, _ids(fixture))
+    ids = _ids(fixture)
+    units = with_stop(replay, ids)
     groups = [(s.id, split(units, s, special=special)) for s in strategies]
     with plugin_switch(config.plugin):
         replay.parser_cls  # noqa: B018  (resolved once, as a server does at start-up)
-        out = _pass(replay, _ids(fixture), groups)
+        out = _pass(replay, ids, groups)
         if spent is not None:
             for _ in range(timings):
                 t0 = time.perf_counter()
-                _pass(replay, _ids(fixture), groups)
+                _pass(replay, ids, groups)
                 spent.append(time.perf_counter() - t0)
     return out
 
