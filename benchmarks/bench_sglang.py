@@ -11,11 +11,14 @@ What is timed, on the same replayed ids (Qwen3's real tokenizer, the paragraphs 
   ``SamplingParams`` (four stop strings that never occur, or none);
 * ``detokenizer``: per step, one ``DetokenizerManager._decode_batch_token_id_output`` of a
   batch carrying one id per request (the first step with up to 5 prompt ids of context, as
-  SGLang sends it), on a real ``DetokenizerManager``. Each step's batch is unpickled just
-  before its step, in every run (the harness too, so it is taken out), as SGLang's
+  SGLang sends it), on a real ``DetokenizerManager``. Each step's batch is unpickled
+  just before it, outside the clock (the steps between the first and the last are timed
+  ``CHUNK`` at a time, each chunk's batches unpickled just before the chunk), as SGLang's
   detokenizer receives it from the scheduler's socket: a step reads a batch just made, not
   one made before the run and gone cold in memory since (which cost every run alike about
-  0.7-0.9 µs more per step at batch 1).
+  0.7-0.9 µs more per step at batch 1). Before, each batch was unpickled inside the clock
+  and the harness's unpickling taken out: a difference of two figures several times the
+  step's, whose noise could exceed the step itself.
 
 ``stock``: SGLang's own methods; ``plugin``: after ``register()`` (``DETOK_PLUGIN=1``), each
 request's setup (its streams, built on its first call) inside the timed run; ``floor``: what
@@ -149,23 +152,36 @@ def payloads(ids: list[list[int]], prompt: list[int]) -> list[Any]:
     return steps
 
 
+#: Detokenizer steps timed together: their batches are unpickled just before them, untimed.
+CHUNK = 32
+
+
 def run_detokenizer(
     tok: Any, steps: list[Any], harness: bool = False, step: Any = None
 ) -> tuple[tuple[int, int], list[str]]:
     """Nanoseconds for every step's batch, and for the steps between the first (each
-    request's setup) and the last (each request's end); each request's text. ``harness``:
-    the loop alone, its call a no-op; ``step``: this function in place of SGLang's."""
+    request's setup) and the last (each request's end); each request's text. The first
+    step and the last are timed alone, the steps between ``CHUNK`` at a time; each chunk's
+    batches are unpickled just before it, outside the clock (as SGLang's detokenizer
+    reads a batch it has just received). ``harness``: the same loop and clock reads, the
+    call a no-op; ``step``: this function in place of SGLang's."""
     m = detokenizer_manager(tok)
     decode = _no_step if harness else step or m._decode_batch_token_id_output
-    loads = pickle.loads
-    t0 = time.process_time_ns()
-    first = decode(loads(steps[0]))
-    t1 = time.process_time_ns()
-    middle = [decode(loads(payload)) for payload in steps[1:-1]]
-    t2 = time.process_time_ns()
-    last = decode(loads(steps[-1]))
-    t3 = time.process_time_ns()
-    return (t3 - t0, t2 - t1), ["".join(parts) for parts in zip(first, *middle, last)]
+    loads, clock = pickle.loads, time.process_time_ns
+    last = len(steps) - 1
+    chunks = [(0, 1), *[(a, min(a + CHUNK, last)) for a in range(1, last, CHUNK)], (last, last + 1)]
+    whole = steady = 0
+    deltas: list[list[str]] = []
+    for a, b in chunks:
+        batches = [loads(payload) for payload in steps[a:b]]
+        t0 = clock()
+        got = [decode(batch) for batch in batches]
+        ns = clock() - t0
+        whole += ns
+        if 0 < a < last:
+            steady += ns
+        deltas += got
+    return (whole, steady), ["".join(parts) for parts in zip(*deltas)]
 
 
 def _no_step(recv_obj: Any) -> list[str]:

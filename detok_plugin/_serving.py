@@ -35,7 +35,9 @@ with nothing held needs none (the stream then only notes that it ended, which th
 ever built, is told). Nothing is learnt: a request with a stop set never seen before costs what one
 seen a thousand times costs. There is no protocol to follow: the verbs are ``push_text``, ``push``
 and ``finish``, as on the reference, and ``follow`` for a scheduler that only watches for stops (it
-reads no text: the id's text is looked up as ``push_text`` looks it up, and not returned).
+reads no text: the id's text is looked up as ``push_text`` looks it up, and not returned), with
+``watch`` to make the scheduler's per-step check of one request (``follow``'s common step taken
+inside the one callable the scheduler calls; every other step handed to the caller's own).
 
 >>> from detok_plugin import ServingStream, TokenTable
 >>> table = TokenTable("byte_level", (b"\\xf0\\x9f", b"\\xab", b"\\xa8", b"Hi", b" ###"), frozenset())
@@ -249,6 +251,36 @@ class ServingStream:
                     self._fed(token_id)
                     return self.finish_reason is None and not self.held
         return self._follow(ids, n)
+
+    def watch(self, ids: Sequence[int], otherwise: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """A scheduler's per-step stop check over the output ``ids`` it keeps (the whole
+        output so far, grown in place: a list or an ``array``), as the one callable it calls
+        each step: ``check(arg)`` returns False where ``ids`` grew by exactly one id since
+        the stream last took one and that id leaves the stream at rest (its text known alone,
+        with no stop's first character in it: no stop can start or complete there), having
+        taken it as :meth:`follow` takes it; in every other case (no id or several, the
+        boundary live, an id not seen at rest yet) it takes nothing and returns
+        ``otherwise(arg)``, which is to :meth:`follow` the ids and answer. So it never
+        takes an id out of turn, and the common step is one call and one lookup, with no
+        call into the stream. A stream with stop ids or ``max_tokens`` (which every id must
+        be checked against) gets ``otherwise`` itself. ``ids`` is held: a caller that
+        replaces its output (rather than growing it) must check that in ``otherwise``
+        (the ``ids`` held stop growing, so every step reaches it)."""
+        if not self._unbounded:
+            return otherwise
+        taken, stream = self.token_ids, self
+
+        def check(arg: Any, /) -> Any:
+            n = len(taken)
+            if len(ids) - n == 1:  # one new id (a difference of 1 is a cached int: no allocation)
+                token_id = ids[n]
+                rest = stream._rest
+                if rest is not None and rest.get(token_id) is not None and token_id.__class__ is int:
+                    taken.append(token_id)  # at rest: as follow's first shortcut
+                    return False
+            return otherwise(arg)
+
+        return check
 
     def _follow(self, ids: Sequence[int], n: int) -> bool:
         if len(ids) < n:

@@ -15,6 +15,7 @@ type-checks without SGLang installed.
 from __future__ import annotations
 
 import dataclasses
+import dis
 import functools
 import importlib
 import importlib.metadata
@@ -142,6 +143,24 @@ def _names(fn: Any) -> frozenset[str]:
     return frozenset(code.co_names) if code is not None else frozenset()
 
 
+def _calls_with_one_positional(fn: Any, method: str) -> bool:
+    """Whether every call of ``self.<method>(...)`` in ``fn``'s code passes exactly one
+    argument, by position (no keyword, no unpacking): read from its bytecode."""
+    calls = 0
+    pending = False
+    for ins in dis.get_instructions(fn):
+        if ins.opname in ("LOAD_METHOD", "LOAD_ATTR") and ins.argval == method:
+            pending = True
+        elif pending and ins.opname in ("KW_NAMES", "CALL_KW", "CALL_FUNCTION_EX", "CALL_FUNCTION_KW"):
+            return False
+        elif pending and ins.opname in ("CALL", "CALL_FUNCTION", "CALL_METHOD"):
+            if ins.arg != 1:
+                return False
+            calls += 1
+            pending = False
+    return calls > 0 and not pending
+
+
 def contract_problems() -> list[str]:
     """Every way the installed SGLang differs from the contract the shim keeps; [] if none.
     SGLang's own methods are checked, whether or not ours stand in their place."""
@@ -168,6 +187,9 @@ def _scheduler_problems(s: Seams) -> list[str]:
     update = getattr(req, "update_finish_state", None)
     if update is None or "_check_str_based_finish" not in _names(update):
         problems.append("Req.update_finish_state no longer calls _check_str_based_finish")
+    elif not _calls_with_one_positional(update, "_check_str_based_finish"):
+        # the request's bound check (ServingStream.watch's) takes one positional argument
+        problems.append("Req.update_finish_state no longer calls _check_str_based_finish with one positional argument")
     if not getattr(req, "__dictoffset__", 0):  # the shim binds each request's own checks on it
         problems.append("Req instances have no __dict__ (__slots__)")
     for name in ("output_ids", "origin_input_ids_unpadded", "tokenizer", "sampling_params", "finished_reason"):

@@ -13,7 +13,7 @@ Here each request with stop strings gets a ``ServingStream`` (:func:`open_stream
 request's stops and text flags (``skip_special_tokens``, ``spaces_between_special_tokens``)
 and the prompt ids SGLang's detokenizer decodes before the output (its last
 ``INIT_INCREMENTAL_DETOKENIZATION_OFFSET``, 5), fed each output id once
-(``ServingStream.follow``): the stop is looked for in the very text the client is sent, and
+(``ServingStream.watch``, ``ServingStream.follow``): the stop is looked for in the very text the client is sent, and
 the setup costs the same for any prompt length. ``_check_str_based_finish`` sets SGLang's
 ``FINISH_MATCHED_STR(matched=stop)`` and ``finished_len`` (the ids through the one that
 completed the stop) exactly when the text first contains a stop; the prefix check holds the
@@ -21,21 +21,26 @@ ids while, and only while, the stream holds a genuine partial stop.
 
 The dispatch: the class methods (ours) run once per request, on its first call, and bind
 the request's own callables on it (``Req`` has no ``__slots__``), so that SGLang's calls
-from then on land on them directly, with no lookup: a request with stop strings gets
-:func:`_bind`'s check (one ``follow`` of its ``output_ids`` per step) and a prefix check
-that answers from the stream; a request with neither stop strings nor stop regexes gets
-:func:`_no_stop` and :func:`_holds_nothing`, which answer what stock's methods answer for
-it (False), without reading its sampling params every step. The check runs after every
-append SGLang makes (``update_finish_state``, before the output streamer asks the prefix
-check), so the prefix check reads the stream as the check left it: while the stream is
-quiet it is :func:`_holds_nothing`; the check puts the stream's own answer in its place
-when the stream holds a partial stop, and that puts :func:`_holds_nothing` back once the
-stream is quiet again. The bound callables reach the request through a weak reference: no
-reference cycle, so a finished request is freed the moment SGLang drops it, as stock's is.
+from then on land on them directly, with no lookup. A request with stop strings gets, as
+its check, the stream's own (``ServingStream.watch`` of its ``output_ids``): the common
+step (one new id that leaves the stream at rest) is that one call and one lookup, and every
+other step goes on to :func:`_bind`'s ``otherwise``, which follows the ids and sets SGLang's
+finish; its prefix check answers from the stream. A request with neither stop strings nor
+stop regexes gets :func:`_no_stop` and :func:`_holds_nothing`, which answer what stock's
+methods answer for it (False), without reading its sampling params every step. The check
+runs after every append SGLang makes (``update_finish_state``, before the output streamer
+asks the prefix check), so the prefix check reads the stream as the check left it: while
+the stream is quiet it is :func:`_holds_nothing` (``bool``, whose call runs no Python
+frame); the check puts the stream's own answer in its place when the stream holds a partial
+stop, and that puts :func:`_holds_nothing` back once the stream is quiet again. The bound
+callables hold the request's ``output_ids`` and reach the request itself through a weak
+reference: no reference cycle, so a finished request is freed the moment SGLang drops it,
+as stock's is.
 
 What stays SGLang's: stop regexes (a request with one is stock's whole, through the class
 methods), stop token ids, EOS, length and grammar. A request whose output SGLang cut (a
-retraction that drops its output ids) gets a fresh stream fed the ids it has. A stream that
+retraction that drops its output ids, or replaces its ``output_ids``) gets a fresh stream
+fed the ids it has. A stream that
 raises (a bug) hands its request back to SGLang's stock check, logged. Requests started
 before ``unregister()`` keep their callables until they end.
 """
@@ -108,25 +113,31 @@ def _no_stop(new_accepted_len: int = 1) -> bool:
     return False
 
 
-def _holds_nothing() -> bool:
-    """A request whose stream holds nothing (or that has no stop strings): nothing to hold."""
-    return False
+#: ``check_match_stop_str_prefix`` of a request whose stream holds nothing (or that has no
+#: stop strings): nothing to hold. ``bool()`` is False, and a call of it runs no Python frame.
+_holds_nothing = bool
 
 
 def _bind(req: Any, stream: ServingStream) -> None:
-    """Put the request's own check and prefix check on it, over ``stream``."""
+    """Put the request's own check and prefix check on it, over ``stream``: the check is the
+    stream's own (:meth:`ServingStream.watch` of the request's ``output_ids``), which takes
+    the common step itself and hands every other to :func:`_bind`'s ``otherwise``."""
     ref = weakref.ref(req)
+    ids = req.output_ids
     follow = stream.follow
 
-    def check(new_accepted_len: int = 1) -> bool:
-        """``req._check_str_based_finish``: the step's ids into the stream; True (and
-        SGLang's finish set) when a stop completed."""
+    def otherwise(new_accepted_len: int) -> bool:
+        """Every step the stream's check did not take: the ids followed; True (and SGLang's
+        finish set) when a stop completed."""
+        owner: Any = ref()  # alive: SGLang is calling its method
+        if owner.output_ids is not ids:  # SGLang replaced the output (a retraction)
+            return _rewatch(owner, new_accepted_len)
         try:
-            if follow(ref().output_ids):  # type: ignore[union-attr]
-                return False  # quiet: the common step
+            if follow(ids):
+                return False  # quiet
         except Exception as exc:
-            return _hand_over(ref(), exc, new_accepted_len)
-        return _settle(ref(), stream, holding, new_accepted_len)
+            return _hand_over(owner, exc, new_accepted_len)
+        return _settle(owner, stream, holding, new_accepted_len)
 
     def holding() -> bool:
         """``req.check_match_stop_str_prefix`` while the stream is not quiet."""
@@ -135,7 +146,7 @@ def _bind(req: Any, stream: ServingStream) -> None:
         ref().check_match_stop_str_prefix = _holds_nothing  # type: ignore[union-attr]  # quiet again: the cheap answer
         return False
 
-    req._check_str_based_finish = check
+    req._check_str_based_finish = stream.watch(ids, otherwise)
     req.check_match_stop_str_prefix = _holds_nothing
 
 
@@ -150,16 +161,20 @@ def _settle(req: Any, stream: ServingStream, holding: Callable[[], bool], new_ac
     finish set), a partial stop held (the prefix check answers from the stream), or the
     output cut by SGLang (a fresh stream, fed what is left)."""
     if len(req.output_ids) < len(stream.token_ids):
-        fresh = _watch(req)
-        if fresh is None:
-            return _STOCK[_CHECK](req, new_accepted_len)  # type: ignore[no-any-return]
-        return req._check_str_based_finish(new_accepted_len)  # type: ignore[no-any-return]
+        return _rewatch(req, new_accepted_len)
     req.check_match_stop_str_prefix = holding
     if stream.finish_reason != "stop":
         return False
     req.finished_reason = _STOCK["FINISH_MATCHED_STR"](matched=stream.stop_reason)
     req.finished_len = len(stream.token_ids)
     return True
+
+
+def _rewatch(req: Any, new_accepted_len: int) -> bool:
+    """SGLang cut or replaced the request's output: a fresh stream, fed what it has."""
+    if _watch(req) is None:
+        return _STOCK[_CHECK](req, new_accepted_len)  # type: ignore[no-any-return]
+    return req._check_str_based_finish(new_accepted_len)  # type: ignore[no-any-return]
 
 
 def check_str_based_finish(self: Any, new_accepted_len: int = 1) -> bool:

@@ -1,5 +1,5 @@
-"""ServingStream.follow: a scheduler's view of the same stream (the whole output so far in,
-whether the stream is quiet out), against push_text of the same ids, id by id."""
+"""ServingStream.follow and watch: a scheduler's view of the same stream (the whole output
+so far in, whether the stream is quiet out), against push_text of the same ids, id by id."""
 
 from __future__ import annotations
 
@@ -49,3 +49,76 @@ def test_follow_of_a_cut_output_changes_nothing(qwen3):
     assert s.follow(ids) is True
     assert s.follow(ids[:1]) is False and s.token_ids == ids
     assert s.follow(ids + ids) is True and s.token_ids == ids + ids
+
+
+@given(data=st.data())
+def test_watch_answers_what_following_answers(real_tokenizer, data):
+    """``watch(ids, otherwise)``: each step's answer is False when the stream, having
+    followed the ids, is quiet, else ``otherwise``'s (which follows them here), and the
+    stream takes exactly what ``push_text`` of each id takes, whether the check took the
+    step itself or handed it on."""
+    tok = real_tokenizer
+    text_ids = tok.encode("🫨 hi 你好，世界 é\n\nUser: ありがとう ###", add_special_tokens=False)
+    out = data.draw(st.lists(st.sampled_from(text_ids), min_size=1, max_size=24))
+    kw = dict(
+        prompt_ids=data.draw(st.lists(st.sampled_from(text_ids), max_size=4)),
+        stop=data.draw(st.lists(st.sampled_from(["\n\nUser:", "🫨", "你好", "###", "é"]), max_size=2)),
+        stop_token_ids=data.draw(st.lists(st.sampled_from(out), max_size=1)), eos_token_ids=(),
+        max_tokens=data.draw(st.sampled_from([None, None, 3, 9])),
+    )
+    ref = ServingStream.from_tokenizer(tok, **kw)
+    s = ServingStream.from_tokenizer(tok, **kw)
+    ids = array("q") if data.draw(st.booleans()) else []
+
+    def otherwise(arg):
+        return False if s.follow(ids) else ("not quiet", arg)
+
+    check = s.watch(ids, otherwise)
+    k = 0
+    while k < len(out) and ref.finish_reason is None:
+        n = data.draw(st.sampled_from([1, 1, 1, 2, 3]))
+        ids.extend(out[k : k + n])
+        k += n
+        for i in out[k - n : k]:
+            if ref.finish_reason is None:
+                ref.push_text(i)
+        got = check(k)
+        assert (s.token_ids, s.finish_reason, s.stop_reason, s.held) == (ref.token_ids, ref.finish_reason, ref.stop_reason, ref.held)
+        assert got == (False if ref.finish_reason is None and ref.held == "" else ("not quiet", k))
+
+
+def test_watch_takes_the_common_step_without_otherwise(qwen3):
+    """Ids seen at rest before (the table's shared at-rest texts), one per step, with no
+    stop's first character: the check takes each itself; ``otherwise`` is never called."""
+    words = qwen3.encode("the quick brown fox jumps over the lazy dog", add_special_tokens=False)
+    ServingStream.from_tokenizer(qwen3, stop=["###"], eos_token_ids=()).follow(words)  # seen at rest
+    s = ServingStream.from_tokenizer(qwen3, stop=["###"], eos_token_ids=())
+    calls = []
+    ids: list[int] = []
+    check = s.watch(ids, lambda arg: calls.append(arg))
+    for i in words:
+        ids.append(i)
+        assert check(1) is False
+    assert calls == [] and s.token_ids == words
+
+
+def test_watch_hands_on_every_other_step_and_takes_nothing_out_of_turn(qwen3):
+    """Two ids at once, none, or a replaced list (the held one stops growing): ``otherwise``
+    each time, nothing taken by the check; a stream with stop ids or max_tokens gets
+    ``otherwise`` itself."""
+    words = qwen3.encode("the quick brown fox", add_special_tokens=False)
+    ServingStream.from_tokenizer(qwen3, eos_token_ids=()).follow(words)
+    s = ServingStream.from_tokenizer(qwen3, eos_token_ids=())
+    calls = []
+    ids: list[int] = []
+    check = s.watch(ids, lambda arg: calls.append(arg) or "handed on")
+    ids += words[:2]
+    assert check("two") == "handed on" and s.token_ids == []
+    assert s.follow(ids) is True
+    assert check("none") == "handed on" and s.token_ids == words[:2]
+    ids = [*ids, words[2]]  # the caller's output replaced, not grown: the held list stays
+    assert check("replaced") == "handed on" and s.token_ids == words[:2]
+    assert calls == ["two", "none", "replaced"]
+    for kw in ({"stop_token_ids": [words[0]]}, {"max_tokens": 9}, {"eos_token_ids": None}):
+        bounded = ServingStream.from_tokenizer(qwen3, **kw)
+        assert bounded.watch([], print) is print

@@ -80,16 +80,38 @@ def load_plugins() -> dict[str, Any]:
 
 def broken_contract() -> dict[str, Any]:
     """An SGLang whose stop check changed shape: one error line, SGLang left stock."""
-    from detok_plugin.integrations.sglang import register, unregister
     from sglang.srt.managers.schedule_batch import Req
-
-    unregister()
-    logging.getLogger("sglang.detok_plugin").handlers.clear()  # the hand-over checks' capture
 
     def changed(self: Any, new_accepted_len: int = 1, *, extra: bool = False) -> bool:
         return False
 
     Req._check_str_based_finish = changed
+    return _register_on_changed_sglang()
+
+
+def broken_call() -> dict[str, Any]:
+    """An SGLang whose ``update_finish_state`` passes the step's count by keyword (the
+    request's bound check takes it by position): one error line, SGLang left stock."""
+    from sglang.srt.managers.schedule_batch import Req
+
+    stock = Req.update_finish_state
+
+    def changed(self: Any, new_accepted_len: int = 1) -> None:
+        if self._check_str_based_finish(new_accepted_len=new_accepted_len):
+            return
+
+    Req.update_finish_state = changed
+    try:
+        return _register_on_changed_sglang()
+    finally:
+        Req.update_finish_state = stock
+
+
+def _register_on_changed_sglang() -> dict[str, Any]:
+    from detok_plugin.integrations.sglang import register, unregister
+
+    unregister()
+    logging.getLogger("sglang.detok_plugin").handlers.clear()  # the hand-over checks' capture
     err = io.StringIO()
     # On stderr, or through SGLang's logging where a module imported earlier set it up.
     handler = logging.StreamHandler(err)
@@ -327,7 +349,7 @@ def detokenizer_hand_over(rids: tuple[str, ...] = ("a", "b")) -> dict[str, Any]:
 
 
 def everything() -> dict[str, Any]:
-    """Every check, in one process (SGLang imports once): the broken contract last."""
+    """Every check, in one process (SGLang imports once): the broken contracts last."""
     os.environ["DETOK_PLUGIN"] = "1"
     return {
         "load_plugins": load_plugins(),
@@ -336,6 +358,7 @@ def everything() -> dict[str, Any]:
         "tokenizer_tables": tokenizer_tables(),
         "detokenizer_hand_over": detokenizer_hand_over(),
         "detokenizer_hand_over_alone": detokenizer_hand_over(("a",)),
+        "broken_call": broken_call(),
         "broken_contract": broken_contract(),
     }
 
@@ -343,7 +366,7 @@ def everything() -> dict[str, Any]:
 CHECKS = {
     f.__name__: f
     for f in (
-        load_plugins, broken_contract, scheduler_hand_over, scheduler_lifecycle, tokenizer_tables, detokenizer_hand_over,
+        load_plugins, broken_contract, broken_call, scheduler_hand_over, scheduler_lifecycle, tokenizer_tables, detokenizer_hand_over,
         everything,
     )
 }

@@ -68,6 +68,15 @@ def test_a_changed_seam_keeps_sglang_stock_and_says_why(checked: dict[str, Any])
     assert "NOT switched on (DETOK_PLUGIN=1): SGLang 0.5.23 breaks the contract: Req._check_str_based_finish is not (self, new_accepted_len)" in got["stderr"]
 
 
+def test_a_keyword_call_of_the_seam_keeps_sglang_stock_and_says_why(checked: dict[str, Any]) -> None:
+    """The request's bound check takes SGLang's one argument by position (read from the
+    bytecode of ``update_finish_state``): a keyword call would fail there, so stock stays."""
+    got = checked["broken_call"]
+    assert got["on"] is False
+    assert got["hooks"] == {"check": False, "prefix": False, "detokenizer": False}
+    assert "Req.update_finish_state no longer calls _check_str_based_finish with one positional argument" in got["stderr"]
+
+
 def test_a_stop_stream_that_raises_hands_its_request_to_stock(checked: dict[str, Any]) -> None:
     got = checked["scheduler_hand_over"]
     assert got["watch"] is None  # stock's check from then on
