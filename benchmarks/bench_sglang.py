@@ -2,7 +2,9 @@
 against the plugin, at batch 1 and 32, with and without stop strings, in one run.
 
 What is timed, on the same replayed ids (Qwen3's real tokenizer, the paragraphs of
-``_common.PARAGRAPHS`` in turn, ``--tokens`` ids per request):
+``_common.PARAGRAPHS`` in turn, ``--tokens`` ids per request: 2048 by default, so that
+a run at batch 1 lasts milliseconds; at 256 ids the plugin's run lasted a few hundred
+microseconds, and one interruption moved its figure by tens of percent):
 
 * ``scheduler``: per request and step, what SGLang's scheduler calls on a streaming request
   after appending its id (the append timed too, alike for both): ``Req._check_str_based_finish(1)`` (through
@@ -34,7 +36,7 @@ the warm-up round.
 
 Run (SGLang lives in ``.venv-sglang``, ``scripts/setup_sglang.sh``)::
 
-    .venv-sglang/bin/python benchmarks/bench_sglang.py [--tokens 256] [--repeats 5]
+    .venv-sglang/bin/python benchmarks/bench_sglang.py [--tokens 2048] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -257,7 +259,7 @@ def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     tok = built_qwen3()

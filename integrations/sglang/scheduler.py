@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 from detok_plugin import ServingStream, TokenIdError
@@ -117,6 +116,11 @@ def _no_stop(new_accepted_len: int = 1) -> bool:
 #: stop strings): nothing to hold. ``bool()`` is False, and a call of it runs no Python frame.
 _holds_nothing = bool
 
+#: ``check_match_stop_str_prefix`` after a step that left the stream holding a partial stop
+#: (or ended at a stop): hold the ids. The stream is then not at rest, so the next step goes
+#: through the shim's ``otherwise``, which puts :data:`_holds_nothing` back once it is quiet.
+_holds_partial = True.__bool__
+
 
 def _bind(req: Any, stream: ServingStream) -> None:
     """Put the request's own check and prefix check on it, over ``stream``: the check is the
@@ -133,18 +137,13 @@ def _bind(req: Any, stream: ServingStream) -> None:
         if owner.output_ids is not ids:  # SGLang replaced the output (a retraction)
             return _rewatch(owner, new_accepted_len)
         try:
-            if follow(ids):
-                return False  # quiet
+            quiet = follow(ids)
         except Exception as exc:
             return _hand_over(owner, exc, new_accepted_len)
-        return _settle(owner, stream, holding, new_accepted_len)
-
-    def holding() -> bool:
-        """``req.check_match_stop_str_prefix`` while the stream is not quiet."""
-        if stream.held or stream.finish_reason is not None:
-            return True
-        ref().check_match_stop_str_prefix = _holds_nothing  # type: ignore[union-attr]  # quiet again: the cheap answer
-        return False
+        if quiet:
+            owner.check_match_stop_str_prefix = _holds_nothing  # (again, after a partial stop)
+            return False
+        return _settle(owner, stream, new_accepted_len)
 
     req._check_str_based_finish = stream.watch(ids, otherwise)
     req.check_match_stop_str_prefix = _holds_nothing
@@ -156,13 +155,13 @@ def _unbind(req: Any) -> None:
     vars(req).pop(_PREFIX, None)
 
 
-def _settle(req: Any, stream: ServingStream, holding: Callable[[], bool], new_accepted_len: int) -> bool:
+def _settle(req: Any, stream: ServingStream, new_accepted_len: int) -> bool:
     """The check after a step that left the stream not quiet: a stop completed (SGLang's
-    finish set), a partial stop held (the prefix check answers from the stream), or the
-    output cut by SGLang (a fresh stream, fed what is left)."""
+    finish set), a partial stop held (the prefix check holds the ids until a step leaves
+    the stream quiet again), or the output cut by SGLang (a fresh stream, fed what is left)."""
     if len(req.output_ids) < len(stream.token_ids):
         return _rewatch(req, new_accepted_len)
-    req.check_match_stop_str_prefix = holding
+    req.check_match_stop_str_prefix = _holds_partial
     if stream.finish_reason != "stop":
         return False
     req.finished_reason = _STOCK["FINISH_MATCHED_STR"](matched=stream.stop_reason)
