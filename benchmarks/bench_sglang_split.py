@@ -1,5 +1,5 @@
 """Where the plugin's per-token time goes in SGLang's scheduler stop check: the seam's floor,
-the shim's own work, and the core's ``ServingStream.follow``, in one run.
+the shim's own work, and the core's ``ServingStream.watch`` check, in one run.
 
 ``bench_sglang.py`` sets the plugin against stock; this script splits the plugin's steady
 per-token time (the steps between each request's first and last) into three parts, on the
@@ -8,9 +8,9 @@ same harness (its ``requests``, ids and clock):
 * ``floor``: SGLang's two calls (``Req._check_str_based_finish(1)``,
   ``Req.check_match_stop_str_prefix()``) landing on callables bound on each request that do
   nothing: what any per-request seam costs at least;
-* ``shim``: the plugin registered, with ``ServingStream.follow`` answering "quiet" without
-  taking the ids (the shim's bound check, its weak reference to the request, the call into
-  the stream, the prefix check): the plugin less the core;
+* ``shim``: the plugin registered, with the check ``ServingStream.watch`` makes answering
+  "quiet" (False) at once, without taking the ids (SGLang's call of the request's bound
+  check, the prefix check): the plugin less the core;
 * ``plugin``: the plugin as it ships;
 * ``lookup``: the least a check that looks at each new id can do, bound on each request
   like the floor: one dictionary lookup of its last output id (``rest.get(ids[-1]) is
@@ -19,15 +19,17 @@ same harness (its ``requests``, ids and clock):
 * ``stock``: SGLang's own check, for the ratios.
 
 So ``shim - floor`` is what the shim adds to a seam, ``plugin - shim`` what the core's
-``follow`` costs, and ``lookup / stock`` how near the target any per-token check can come. Two stop sets: ``bench_sglang.STOPS`` (``"\\n\\nUser:"`` starts at every
-newline of the text, a genuine partial match the stream holds), and the same less that one
-(no stop's first character occurs in the text). Rounds alternate harness, floor, lookup,
-shim, plugin and stock (``--repeats`` each, after a warm-up round each); each figure is the median round's
-CPU nanoseconds per token, the harness's own loop taken out.
+check costs (``watch``'s own step, and ``follow`` through the shim on every other step),
+and ``lookup / stock`` how near the target any per-token check can come. Two stop sets:
+``bench_sglang.STOPS`` (``"\\n\\nUser:"`` starts at every newline of the text, a genuine
+partial match the stream holds), and the same less that one (no stop's first character
+occurs in the text). Rounds alternate harness, floor, lookup, shim, plugin and stock
+(``--repeats`` each, after a warm-up round each); each figure is the median round's CPU
+nanoseconds per token, the harness's own loop taken out.
 
 Run (SGLang lives in ``.venv-sglang``)::
 
-    .venv-sglang/bin/python benchmarks/bench_sglang_split.py [--tokens 256] [--repeats 7]
+    .venv-sglang/bin/python benchmarks/bench_sglang_split.py [--tokens 2048] [--repeats 7]
 """
 
 from __future__ import annotations
@@ -46,19 +48,23 @@ from detok_plugin import ServingStream
 STOP_SETS = {"with \\n\\nUser:": list(bench.STOPS), "without": [s for s in bench.STOPS if not s.startswith("\n")]}
 
 
-def _quiet(self: ServingStream, ids: Sequence[int]) -> bool:
-    """``follow`` less the core: every step quiet, no id taken."""
-    return True
+def _quiet(self: ServingStream, ids: Sequence[int], otherwise: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``watch`` less the core: a check that answers every step "quiet", no id taken."""
+    return _nothing_finished
+
+
+def _nothing_finished(arg: Any, /) -> bool:
+    return False
 
 
 def run_shim(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> tuple[tuple[int, int], list[Any]]:
-    """The plugin's scheduler run with the core's ``follow`` answering without work."""
-    real = ServingStream.follow
-    ServingStream.follow = _quiet  # type: ignore[method-assign]
+    """The plugin's scheduler run with the core's check answering without work."""
+    real = ServingStream.watch
+    ServingStream.watch = _quiet  # type: ignore[method-assign]
     try:
         return bench.run_scheduler(tok, ids, stops, prompt)
     finally:
-        ServingStream.follow = real  # type: ignore[method-assign]
+        ServingStream.watch = real  # type: ignore[method-assign]
 
 
 def run_lookup(tok: Any, ids: list[list[int]], stops: bool, prompt: list[int]) -> tuple[tuple[int, int], list[Any]]:
@@ -93,7 +99,7 @@ def measure(runs: dict[str, Callable[..., Any]], args: tuple[Any, ...], per: int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     tok = built_qwen3()
@@ -119,7 +125,7 @@ def main() -> None:
     print(f"SGLang 0.5.23 scheduler stop check, Qwen3 tokenizer, {args.tokens} ids per request, median of "
           f"{args.repeats} rounds; steady CPU ns per token")
     print(table(rows, [
-        "batch", "stops", "floor", "lookup", "shim", "plugin", "stock", "shim - floor", "core follow",
+        "batch", "stops", "floor", "lookup", "shim", "plugin", "stock", "shim - floor", "core check",
         "core share above floor", "floor / stock", "lookup / stock", "plugin / stock",
     ]))
 

@@ -1,4 +1,4 @@
-"""``ServingStream``: one request's content stream, as a serving loop (vLLM, TGI) needs it.
+"""``ServingStream``: one request's content stream, as a serving loop (vLLM, SGLang, TGI) needs it.
 
 What a server's step does per request is content only: stop strings, stop token ids, EOS,
 ``min_tokens`` and ``max_tokens``; no tags, no channels, no log. This class gives exactly
@@ -11,33 +11,24 @@ takes the common token itself:
     ``max_tokens``: then the reference would append the id, release that text and change
     nothing else, so this class does exactly that, without the call.
 
-While the *boundary* is live (the decoder may hold the bytes of an unfinished character, a stop may
-be partly matched), an id in the vocabulary that is no stop id and does not reach ``max_tokens`` is
-fed to the reference's own decoder here; when no stop is partly matched, the text it settles holds
-no first character of a stop, and what the decoder now holds cannot complete one, that text leaves
-and nothing else changes, as in the reference's ``push_text``; otherwise the reference's boundary
-takes that text (a partial stop goes on, is given up or completes), and only what it holds and
-whether a stop is still partly matched are read back while it stays live. Held bytes can complete a
-stop only as real characters: a byte-level tail never (rendered final it is U+FFFD), a
-SentencePiece byte run once it ends on a whole character (its characters show before the run
-closes), and either when a stop has U+FFFD (then every id goes to the reference). This is every
-split character's path (an emoji is three or four byte-level tokens, or four SentencePiece byte
-pieces).
+While the *boundary* is live (the decoder may hold the bytes of an unfinished character, a stop
+may be partly matched), an id in the vocabulary that is no stop id and does not reach
+``max_tokens`` is fed to the reference's decoder here: its settled text leaves at once when no stop
+is partly matched, the text holds no stop's first character and what the decoder holds cannot
+complete one; else the reference's boundary takes it, and only what it holds and its node are read
+back while it stays live. Held bytes complete a stop only as characters: a byte-level tail never,
+a SentencePiece byte run once it ends on a whole character, either when a stop has U+FFFD (then
+every id goes to the reference). This is every split character's path.
 
-Every other id goes to the reference, after which the stream reads whether it is at rest again. The
-reference's decoder and boundary are the only state: this class keeps none of its own beyond the
-shared tables, so it never has to be brought back in step. The reference is built when an id first
-needs it (on the generic path, or with a prompt's held tail to skip, at once): until then every id
-took a shortcut, after which the reference would have changed nothing but the decoder and the list
-of ids, which it is then given. A request whose ids all leave at rest (no stop, or none of its
-first characters, no split character that a stop could complete) never builds it, and ``finish``
-with nothing held needs none (the stream then only notes that it ended, which the reference, if
-ever built, is told). Nothing is learnt: a request with a stop set never seen before costs what one
-seen a thousand times costs. There is no protocol to follow: the verbs are ``push_text``, ``push``
-and ``finish``, as on the reference, and ``follow`` for a scheduler that only watches for stops (it
-reads no text: the id's text is looked up as ``push_text`` looks it up, and not returned), with
-``watch`` to make the scheduler's per-step check of one request (``follow``'s common step taken
-inside the one callable the scheduler calls; every other step handed to the caller's own).
+Every other id goes to the reference, after which the stream reads whether it is at rest again.
+The reference's decoder and boundary are the only state: this class keeps none of its own beyond
+the shared tables, so it never has to be brought back in step. The reference is built when an id
+first needs it (at once on the generic path or with a prompt's held tail to skip), given the
+decoder and the ids: a request whose ids all leave at rest never builds it, nor does ``finish``
+with nothing held. Nothing is learnt: a stop set never seen before costs what one seen a
+thousand times costs. The verbs are ``push_text``, ``push`` and ``finish``, as on the reference;
+for a scheduler that only watches for stops, ``follow`` (no text returned) and ``watch`` (its
+per-step check of one request, with ``follow``'s common step inside).
 
 >>> from detok_plugin import ServingStream, TokenTable
 >>> table = TokenTable("byte_level", (b"\\xf0\\x9f", b"\\xab", b"\\xa8", b"Hi", b" ###"), frozenset())
@@ -98,12 +89,9 @@ class ServingStream:
     stop_reason: str | int | None
     held: str
     _rest: dict[int, str | None] | None  # _known while the reference is at rest, else None
-    _fed_below: int  # ids below it may be fed to the decoder here: _size while the
-    # reference's boundary is live (the decoder may hold bytes, a stop may be partly
-    # matched), else 0
+    _fed_below: int  # ids below it may be fed to the decoder here: _size while the boundary is live
     _partial: bool  # the boundary is live with a stop partly matched: every fed text goes to it
-    _node: int  # the boundary's automaton node (0: no stop partly matched), as the reference has it
-    # or will once brought in step (_behind)
+    _node: int  # the boundary's node (0: no stop partly matched), the reference's once in step (_behind)
     _steps: tuple[dict[str, Step], ...]  # the content matcher's memo of no-match scans, per node
     _behind: bool  # the reference was built and a Matcher.steps move was taken here since
     _runs: bool  # what the decoder holds may complete a stop (state._held_may_stop)
@@ -113,7 +101,7 @@ class ServingStream:
     _known: dict[int, str | None] | None  # the shared rest texts (TokenTable.rest_texts)
     _quick: tuple[str | None, ...]  # the table's quick texts (empty on the generic path)
     _first: Callable[[str], object] | None
-    _limit: int
+    _limit: int  # max_tokens - 1 (sys.maxsize: none)
     _stop_ids: frozenset[int]
     _unbounded: bool  # no stop ids, no max_tokens: an id at rest never ends the stream
     _state: DetokenizerState | None  # the reference, built when an id first needs it
@@ -228,14 +216,12 @@ class ServingStream:
         return self._by_reference(token_id)
 
     def follow(self, ids: Sequence[int]) -> bool:
-        """Take the ids of ``ids`` past the ones taken (``ids`` is the whole output so far,
-        as a server keeps it on its request: a list or an ``array``), up to a finish; return
-        whether the stream is *quiet* after them: not finished and holding nothing
-        (``held == ""``). That is all a scheduler watching for stop strings needs in the
-        common step; otherwise it reads ``finish_reason``, ``stop_reason``, ``held`` and
-        ``len(token_ids)`` (the ids through the one that completed a stop). ``ids``
-        shorter than the ids taken (the caller cut its output) changes nothing and returns
-        False. The text is the one ``push_text`` would release; it is not returned."""
+        """Take the ids of ``ids`` (the whole output so far, as a server keeps it: a list or an
+        ``array``) past the ones taken, up to a finish; return whether the stream is *quiet*
+        after them: not finished and holding nothing (``held == ""``). Otherwise a scheduler
+        reads ``finish_reason``, ``stop_reason``, ``held`` and ``len(token_ids)`` (the ids
+        through the one that completed a stop). ``ids`` shorter than the ids taken (the
+        output cut) changes nothing and returns False. The text is ``push_text``'s, not returned."""
         taken = self.token_ids
         n = len(taken)
         if len(ids) == n + 1 and self._unbounded:  # one new id, no stop id, no max_tokens
@@ -253,19 +239,14 @@ class ServingStream:
         return self._follow(ids, n)
 
     def watch(self, ids: Sequence[int], otherwise: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """A scheduler's per-step stop check over the output ``ids`` it keeps (the whole
-        output so far, grown in place: a list or an ``array``), as the one callable it calls
-        each step: ``check(arg)`` returns False where ``ids`` grew by exactly one id since
-        the stream last took one and that id leaves the stream at rest (its text known alone,
-        with no stop's first character in it: no stop can start or complete there), having
-        taken it as :meth:`follow` takes it; in every other case (no id or several, the
-        boundary live, an id not seen at rest yet) it takes nothing and returns
-        ``otherwise(arg)``, which is to :meth:`follow` the ids and answer. So it never
-        takes an id out of turn, and the common step is one call and one lookup, with no
-        call into the stream. A stream with stop ids or ``max_tokens`` (which every id must
-        be checked against) gets ``otherwise`` itself. ``ids`` is held: a caller that
-        replaces its output (rather than growing it) must check that in ``otherwise``
-        (the ``ids`` held stop growing, so every step reaches it)."""
+        """The one callable a scheduler calls per step to watch ``ids`` (its whole output,
+        grown in place: a list or an ``array``) for stops: ``check(arg)`` takes the common
+        step itself (exactly one new id, which leaves the stream at rest: one lookup, as in
+        :meth:`follow`) and returns False; every other step (no new id or several, the
+        boundary live, an id not seen at rest) it leaves untaken to ``otherwise(arg)``, which
+        is to :meth:`follow` the ids and answer. ``ids`` is held: a caller that replaces its
+        output notices in ``otherwise``, which every step then reaches. A stream with stop
+        ids or ``max_tokens`` gets ``otherwise`` itself."""
         if not self._unbounded:
             return otherwise
         taken, stream = self.token_ids, self
@@ -273,8 +254,7 @@ class ServingStream:
         def check(arg: Any, /) -> Any:
             n = len(taken)
             if len(ids) - n == 1:  # one new id (a difference of 1 is a cached int: no allocation)
-                token_id = ids[n]
-                rest = stream._rest
+                rest, token_id = stream._rest, ids[n]
                 if rest is not None and rest.get(token_id) is not None and token_id.__class__ is int:
                     taken.append(token_id)  # at rest: as follow's first shortcut
                     return False

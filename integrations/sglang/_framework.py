@@ -184,12 +184,7 @@ def _scheduler_problems(s: Seams) -> list[str]:
         problems.append("Req._check_str_based_finish no longer sets finished_reason and finished_len from stop_strs")
     if prefix is None or _params(prefix) != ["self"]:
         problems.append("Req.check_match_stop_str_prefix is not (self)")
-    update = getattr(req, "update_finish_state", None)
-    if update is None or "_check_str_based_finish" not in _names(update):
-        problems.append("Req.update_finish_state no longer calls _check_str_based_finish")
-    elif not _calls_with_one_positional(update, "_check_str_based_finish"):
-        # the request's bound check (ServingStream.watch's) takes one positional argument
-        problems.append("Req.update_finish_state no longer calls _check_str_based_finish with one positional argument")
+    problems += _caller_problems(req)
     if not getattr(req, "__dictoffset__", 0):  # the shim binds each request's own checks on it
         problems.append("Req instances have no __dict__ (__slots__)")
     for name in ("output_ids", "origin_input_ids_unpadded", "tokenizer", "sampling_params", "finished_reason"):
@@ -205,6 +200,17 @@ def _scheduler_problems(s: Seams) -> list[str]:
         if not hasattr(sp, name):
             problems.append(f"SamplingParams has no {name}")
     return problems
+
+
+def _caller_problems(req: Any) -> list[str]:
+    """How ``Req.update_finish_state`` calls the check: by name, with one positional argument
+    (the request's bound check, ``ServingStream.watch``'s, takes it by position)."""
+    update = getattr(req, "update_finish_state", None)
+    if update is None or "_check_str_based_finish" not in _names(update):
+        return ["Req.update_finish_state no longer calls _check_str_based_finish"]
+    if not _calls_with_one_positional(update, "_check_str_based_finish"):
+        return ["Req.update_finish_state no longer calls _check_str_based_finish with one positional argument"]
+    return []
 
 
 def _detokenizer_problems(s: Seams) -> list[str]:
