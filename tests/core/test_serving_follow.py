@@ -11,34 +11,51 @@ from hypothesis import strategies as st
 from detok_plugin import ServingStream
 
 
-@given(data=st.data())
-def test_follow_takes_what_push_text_takes_and_says_when_it_is_quiet(real_tokenizer, data):
-    """The output grows by one id or several (a speculative step) between calls, in SGLang's
-    ``array("q")`` or a list: ``follow`` takes the ids past those taken, up to a finish,
-    exactly as ``push_text`` of each does (the ids taken, the finish, the held text), and
-    returns True exactly when nothing is held and no stop completed."""
-    tok = real_tokenizer
+def _drawn(tok, data):
+    """A drawn case: the stream under test, the reference (fed by ``push_text``), the output
+    ids (a list or SGLang's ``array("q")``) and an iterator that grows them by one id or
+    several (a speculative step) per step, feeding the reference each, up to its finish,
+    and yields how many there are."""
     text_ids = tok.encode("🫨 hi 你好，世界 é\n\nUser: ありがとう ###", add_special_tokens=False)
     out = data.draw(st.lists(st.sampled_from(text_ids), min_size=1, max_size=24))
     kw = dict(
         prompt_ids=data.draw(st.lists(st.sampled_from(text_ids), max_size=4)),
         stop=data.draw(st.lists(st.sampled_from(["\n\nUser:", "🫨", "你好", "###", "é"]), max_size=2)),
-        stop_token_ids=data.draw(st.lists(st.sampled_from(out), max_size=1)), eos_token_ids=(),
-        max_tokens=data.draw(st.sampled_from([None, 3, 9])),
+        stop_token_ids=data.draw(st.lists(st.sampled_from(out), max_size=1)),
+        eos_token_ids=(),
+        max_tokens=data.draw(st.sampled_from([None, None, 3, 9])),
     )
     ref = ServingStream.from_tokenizer(tok, **kw)
-    s = ServingStream.from_tokenizer(tok, **kw)
     ids = array("q") if data.draw(st.booleans()) else []
-    k = 0
-    while k < len(out) and ref.finish_reason is None:
-        n = data.draw(st.sampled_from([1, 1, 1, 2, 3]))
-        ids.extend(out[k : k + n])
-        k += n
-        for i in out[k - n : k]:
-            if ref.finish_reason is None:
-                ref.push_text(i)
+
+    def grow():
+        k = 0
+        while k < len(out) and ref.finish_reason is None:
+            n = data.draw(st.sampled_from([1, 1, 1, 2, 3]))
+            ids.extend(out[k : k + n])
+            k += n
+            for i in out[k - n : k]:
+                if ref.finish_reason is None:
+                    ref.push_text(i)
+            yield k
+
+    return ServingStream.from_tokenizer(tok, **kw), ref, ids, grow()
+
+
+def _state(s):
+    return s.token_ids, s.finish_reason, s.stop_reason, s.held
+
+
+@given(data=st.data())
+def test_follow_takes_what_push_text_takes_and_says_when_it_is_quiet(real_tokenizer, data):
+    """The output grows by one id or several between calls: ``follow`` takes the ids past
+    those taken, up to a finish, exactly as ``push_text`` of each does (the ids taken, the
+    finish, the held text), and returns True exactly when nothing is held and no stop
+    completed."""
+    s, ref, ids, steps = _drawn(real_tokenizer, data)
+    for _ in steps:
         quiet = s.follow(ids)
-        assert (s.token_ids, s.finish_reason, s.stop_reason, s.held) == (ref.token_ids, ref.finish_reason, ref.stop_reason, ref.held)
+        assert _state(s) == _state(ref)
         assert quiet == (ref.finish_reason is None and ref.held == "")
 
 
@@ -57,33 +74,15 @@ def test_watch_answers_what_following_answers(real_tokenizer, data):
     followed the ids, is quiet, else ``otherwise``'s (which follows them here), and the
     stream takes exactly what ``push_text`` of each id takes, whether the check took the
     step itself or handed it on."""
-    tok = real_tokenizer
-    text_ids = tok.encode("🫨 hi 你好，世界 é\n\nUser: ありがとう ###", add_special_tokens=False)
-    out = data.draw(st.lists(st.sampled_from(text_ids), min_size=1, max_size=24))
-    kw = dict(
-        prompt_ids=data.draw(st.lists(st.sampled_from(text_ids), max_size=4)),
-        stop=data.draw(st.lists(st.sampled_from(["\n\nUser:", "🫨", "你好", "###", "é"]), max_size=2)),
-        stop_token_ids=data.draw(st.lists(st.sampled_from(out), max_size=1)), eos_token_ids=(),
-        max_tokens=data.draw(st.sampled_from([None, None, 3, 9])),
-    )
-    ref = ServingStream.from_tokenizer(tok, **kw)
-    s = ServingStream.from_tokenizer(tok, **kw)
-    ids = array("q") if data.draw(st.booleans()) else []
+    s, ref, ids, steps = _drawn(real_tokenizer, data)
 
     def otherwise(arg):
         return False if s.follow(ids) else ("not quiet", arg)
 
     check = s.watch(ids, otherwise)
-    k = 0
-    while k < len(out) and ref.finish_reason is None:
-        n = data.draw(st.sampled_from([1, 1, 1, 2, 3]))
-        ids.extend(out[k : k + n])
-        k += n
-        for i in out[k - n : k]:
-            if ref.finish_reason is None:
-                ref.push_text(i)
+    for k in steps:
         got = check(k)
-        assert (s.token_ids, s.finish_reason, s.stop_reason, s.held) == (ref.token_ids, ref.finish_reason, ref.stop_reason, ref.held)
+        assert _state(s) == _state(ref)
         assert got == (False if ref.finish_reason is None and ref.held == "" else ("not quiet", k))
 
 
