@@ -14,10 +14,11 @@ request's stops and text flags (``skip_special_tokens``, ``spaces_between_specia
 and the prompt ids SGLang's detokenizer decodes before the output (its last
 ``INIT_INCREMENTAL_DETOKENIZATION_OFFSET``, 5), fed each output id once
 (``ServingStream.watch``, ``ServingStream.follow``): the stop is looked for in the very text
-the client is sent, and the setup costs the same for any prompt length. ``_check_str_based_finish`` sets SGLang's
-``FINISH_MATCHED_STR(matched=stop)`` and ``finished_len`` (the ids through the one that
-completed the stop) exactly when the text first contains a stop; the prefix check holds the
-ids while, and only while, the stream holds a genuine partial stop.
+the client is sent, and the setup costs the same for any prompt length.
+``_check_str_based_finish`` sets SGLang's ``FINISH_MATCHED_STR(matched=stop)`` and
+``finished_len`` (the ids through the one that completed the stop) exactly when the text
+first contains a stop; the prefix check holds the ids while, and only while, the stream
+holds a genuine partial stop.
 
 The dispatch: the class methods (ours) run once per request, on its first call, and bind
 the request's own callables on it (``Req`` has no ``__slots__``), so that SGLang's calls
@@ -28,15 +29,14 @@ other step goes on to :func:`_bind`'s ``otherwise``, which follows the ids and s
 finish; its prefix check holds the ids while the stream holds a partial stop. A request
 with neither stop strings nor stop regexes gets :func:`_no_stop` and :data:`_holds_nothing`,
 which answer what stock's methods answer for it (False), without reading its sampling
-params every step. The check
-runs after every append SGLang makes (``update_finish_state``, before the output streamer
-asks the prefix check), so the prefix check reads the stream as the check left it: while
-the stream is quiet it is :data:`_holds_nothing` (``bool``, whose call runs no Python
-frame); a step that leaves a partial stop held puts :data:`_holds_partial` in its place, and
-the step that leaves the stream quiet again puts :data:`_holds_nothing` back. The bound
-callables hold the request's ``output_ids`` and reach the request itself through a weak
-reference: no reference cycle, so a finished request is freed the moment SGLang drops it,
-as stock's is.
+params every step. The check runs after every append SGLang makes (``update_finish_state``,
+before the output streamer asks the prefix check), so the prefix check reads the stream as
+the check left it: while the stream is quiet it is :data:`_holds_nothing` (``bool``, whose
+call runs no Python frame); a step that leaves a partial stop held puts
+:data:`_holds_partial` in its place, and the step that leaves the stream quiet again puts
+:data:`_holds_nothing` back. The bound callables hold the request's ``output_ids`` and
+reach the request itself through a weak reference: no reference cycle, so a finished
+request is freed the moment SGLang drops it, as stock's is.
 
 What stays SGLang's: stop regexes (a request with one is stock's whole, through the class
 methods), stop token ids, EOS, length and grammar. A request whose output SGLang cut (a
