@@ -17,8 +17,10 @@ def _drawn(tok, data):
     several (a speculative step) per step, feeding the reference each, up to its finish,
     and yields how many there are."""
     text_ids = tok.encode("🫨 hi 你好，世界 é\n\nUser: ありがとう ###", add_special_tokens=False)
+    text_ids += [tok.eos_token_id] if tok.eos_token_id is not None else []  # a special token
     out = data.draw(st.lists(st.sampled_from(text_ids), min_size=1, max_size=24))
     kw = dict(
+        skip_special_tokens=data.draw(st.booleans()),
         prompt_ids=data.draw(st.lists(st.sampled_from(text_ids), max_size=4)),
         stop=data.draw(st.lists(st.sampled_from(["\n\nUser:", "🫨", "你好", "###", "é"]), max_size=2)),
         stop_token_ids=data.draw(st.lists(st.sampled_from(out), max_size=1)),
