@@ -175,12 +175,10 @@ class ServingStream:
         return self
 
     def _reference(self) -> DetokenizerState:
-        """The reference, built the first time an id needs it, and in step. Until then every
-        id took a shortcut, where the reference would have changed nothing but its decoder
-        (this one, shared), its list of ids (this one, shared) and its boundary's node and
-        held text (``_node``, ``held``: the moves of ``Matcher.steps``, no stop completed): so
-        it is built as it would have started, on both, and its boundary put where those moves
-        took it; as it is when moves were taken here after it was built."""
+        """The reference, built the first time an id needs it, and in step. Until then each id
+        took a shortcut, where it would have changed only its decoder and ids (these, shared)
+        and its boundary's node and held text (``_node``, ``held``: ``Matcher.steps`` moves, no
+        stop completed): it is built on both, its boundary put where those moves took it."""
         state = self._state
         if state is None:
             opened, cfg, request_id, skip, limits = self._opening
@@ -216,12 +214,11 @@ class ServingStream:
         return self._by_reference(token_id)
 
     def follow(self, ids: Sequence[int]) -> bool:
-        """Take the ids of ``ids`` (the whole output so far, as a server keeps it: a list or an
-        ``array``) past the ones taken, up to a finish; return whether the stream is *quiet*
-        after them: not finished and holding nothing (``held == ""``). Otherwise a scheduler
-        reads ``finish_reason``, ``stop_reason``, ``held`` and ``len(token_ids)`` (the ids
-        through the one that completed a stop). ``ids`` shorter than the ids taken (the
-        output cut) changes nothing and returns False. The text is ``push_text``'s, not returned."""
+        """Take the ids of ``ids`` (the whole output so far: a list or an ``array``) past the
+        ones taken, up to a finish (their text is ``push_text``'s, not returned); return whether
+        the stream is then *quiet*: not finished, ``held == ""``. If not, a scheduler reads
+        ``finish_reason``, ``stop_reason``, ``held`` and ``len(token_ids)`` (the ids through
+        the one that completed a stop). ``ids`` shorter than the ids taken: False, no change."""
         taken = self.token_ids
         n = len(taken)
         if len(ids) == n + 1 and self._unbounded:  # one new id, no stop id, no max_tokens
@@ -238,27 +235,32 @@ class ServingStream:
                     return self.finish_reason is None and not self.held
         return self._follow(ids, n)
 
-    def watch(self, ids: Sequence[int], otherwise: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """The one callable a scheduler calls per step to watch ``ids`` (its whole output,
-        grown in place: a list or an ``array``) for stops: ``check(arg)`` takes the common
-        step itself (exactly one new id, which leaves the stream at rest: one lookup, as in
-        :meth:`follow`) and returns False; every other step (no new id or several, the
-        boundary live, an id not seen at rest) it leaves untaken to ``otherwise(arg)``, which
-        is to :meth:`follow` the ids and answer. ``ids`` is held: a caller that replaces its
-        output notices in ``otherwise``, which every step then reaches. A stream with stop
-        ids or ``max_tokens`` gets ``otherwise`` itself."""
-        if not self._unbounded:
+    def watch(self, ids: Sequence[int], otherwise: Callable[[int], Any]) -> Callable[[int], Any]:
+        """The callable a scheduler calls per step to watch ``ids`` (its whole output, a list or
+        an ``array`` grown in place) for stops: ``check(appended)`` after appending ``appended``
+        ids. It takes the common step (one id, which leaves the stream at rest: as in
+        :meth:`follow`) and returns False; it hands every other to ``otherwise(appended)``,
+        which is to :meth:`follow` the ids and answer. Its place in ``ids`` is an iterator's,
+        set after ``otherwise``: no id is taken twice, a cut or replaced output runs it dry, and
+        an ``appended`` of 1 is believed (too few delays the stream until ``otherwise`` runs).
+        Stop ids, ``max_tokens``, other sequences: ``otherwise`` itself."""
+        if not self._unbounded or not hasattr(iter(ids), "__setstate__"):
             return otherwise
-        taken, stream = self.token_ids, self
+        taken, stream, new = self.token_ids, self, iter(())  # dry: the first step is otherwise's
 
-        def check(arg: Any, /) -> Any:
-            n = len(taken)
-            if len(ids) - n == 1:  # one new id (a difference of 1 is a cached int: no allocation)
-                rest, token_id = stream._rest, ids[n]
-                if rest is not None and rest.get(token_id) is not None and token_id.__class__ is int:
-                    taken.append(token_id)  # at rest: as follow's first shortcut
-                    return False
-            return otherwise(arg)
+        def check(appended: int, /) -> Any:
+            nonlocal new
+            if appended == 1:
+                for token_id in new:  # the id appended, if any
+                    rest = stream._rest
+                    if rest is not None and rest.get(token_id) is not None and token_id.__class__ is int:
+                        taken.append(token_id)  # at rest: as follow's first shortcut
+                        return False
+                    break
+            answer = otherwise(appended)
+            new = iter(ids)
+            new.__setstate__(len(taken))  # type: ignore[attr-defined]
+            return answer
 
         return check
 
@@ -273,8 +275,7 @@ class ServingStream:
         return self.finish_reason is None and not self.held
 
     def _by_reference(self, token_id: int) -> str:
-        """Any id neither shortcut takes: the reference's ``push_text``, then whether it
-        is at rest again."""
+        """Any id neither shortcut takes: the reference's ``push_text``; at rest again?"""
         state = self._reference()
         try:
             text = state.push_text(token_id)
@@ -342,8 +343,7 @@ class ServingStream:
         return self._opening[2]
 
     def _fed(self, token_id: int) -> str:
-        """The boundary live (the module docstring): the id fed here, its settled text taken
-        as the reference's ``push_text`` would take it."""
+        """The boundary live (the module docstring): the id fed here, its text taken as the reference's would be."""
         dec = self._dec
         if dec.idle and (text := self._quick[token_id]) is not None:
             # Fed to an idle decoder, an id with a quick text leaves it idle: a scan of that

@@ -4,6 +4,7 @@ so far in, whether the stream is quiet out), against push_text of the same ids, 
 from __future__ import annotations
 
 from array import array
+from collections import deque
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,7 +16,7 @@ def _drawn(tok, data):
     """A drawn case: the stream under test, the reference (fed by ``push_text``), the output
     ids (a list or SGLang's ``array("q")``) and an iterator that grows them by one id or
     several (a speculative step) per step, feeding the reference each, up to its finish,
-    and yields how many there are."""
+    and yields how many it appended."""
     text_ids = tok.encode("🫨 hi 你好，世界 é\n\nUser: ありがとう ###", add_special_tokens=False)
     text_ids += [tok.eos_token_id] if tok.eos_token_id is not None else []  # a special token
     out = data.draw(st.lists(st.sampled_from(text_ids), min_size=1, max_size=24))
@@ -34,12 +35,13 @@ def _drawn(tok, data):
         k = 0
         while k < len(out) and ref.finish_reason is None:
             n = data.draw(st.sampled_from([1, 1, 1, 2, 3]))
-            ids.extend(out[k : k + n])
+            appended = out[k : k + n]
+            ids.extend(appended)
             k += n
-            for i in out[k - n : k]:
+            for i in appended:
                 if ref.finish_reason is None:
                     ref.push_text(i)
-            yield k
+            yield len(appended)
 
     return ServingStream.from_tokenizer(tok, **kw), ref, ids, grow()
 
@@ -72,54 +74,77 @@ def test_follow_of_a_cut_output_changes_nothing(qwen3):
 
 @given(data=st.data())
 def test_watch_answers_what_following_answers(real_tokenizer, data):
-    """``watch(ids, otherwise)``: each step's answer is False when the stream, having
-    followed the ids, is quiet, else ``otherwise``'s (which follows them here), and the
-    stream takes exactly what ``push_text`` of each id takes, whether the check took the
-    step itself or handed it on."""
+    """``watch(ids, otherwise)``, called with how many ids each step appended: each step's
+    answer is False when the stream, having followed the ids, is quiet, else
+    ``otherwise``'s (which follows them here), and the stream takes exactly what
+    ``push_text`` of each id takes, whether the check took the step itself or handed it on."""
     s, ref, ids, steps = _drawn(real_tokenizer, data)
 
-    def otherwise(arg):
-        return False if s.follow(ids) else ("not quiet", arg)
+    def otherwise(appended):
+        return False if s.follow(ids) else ("not quiet", appended)
 
     check = s.watch(ids, otherwise)
-    for k in steps:
-        got = check(k)
+    for appended in steps:
+        got = check(appended)
         assert _state(s) == _state(ref)
-        assert got == (False if ref.finish_reason is None and ref.held == "" else ("not quiet", k))
+        assert got == (False if ref.finish_reason is None and ref.held == "" else ("not quiet", appended))
+
+
+@given(data=st.data())
+def test_watch_never_takes_an_id_twice_or_out_of_turn(real_tokenizer, data):
+    """Told a wrong count (1 for none or for several, 2 for one): the check never takes an
+    id twice or out of turn (the ids taken are always the output's first ids), and the
+    first step it hands on brings the stream level with ``push_text`` of each id."""
+    s, ref, ids, steps = _drawn(real_tokenizer, data)
+    check = s.watch(ids, lambda appended: s.follow(ids) and False)
+    for appended in steps:
+        for told in data.draw(st.lists(st.sampled_from([appended, 1, 2, 0]), min_size=1, max_size=3)):
+            check(told)
+            assert s.token_ids == list(ids[: len(s.token_ids)])
+    check(0)
+    assert _state(s) == _state(ref)
 
 
 def test_watch_takes_the_common_step_without_otherwise(qwen3):
     """Ids seen at rest before (the table's shared at-rest texts), one per step, with no
-    stop's first character: the check takes each itself; ``otherwise`` is never called."""
+    stop's first character: after the first step (handed on: the check learns its place in
+    the ids there), the check takes each itself; ``otherwise`` is not called again."""
     words = qwen3.encode("the quick brown fox jumps over the lazy dog", add_special_tokens=False)
     ServingStream.from_tokenizer(qwen3, stop=["###"], eos_token_ids=()).follow(words)  # seen at rest
     s = ServingStream.from_tokenizer(qwen3, stop=["###"], eos_token_ids=())
     calls = []
     ids: list[int] = []
-    check = s.watch(ids, lambda arg: calls.append(arg))
+    check = s.watch(ids, lambda appended: calls.append(appended) or not s.follow(ids))
     for i in words:
         ids.append(i)
         assert check(1) is False
-    assert calls == [] and s.token_ids == words
+    assert calls == [1] and s.token_ids == words
 
 
 def test_watch_hands_on_every_other_step_and_takes_nothing_out_of_turn(qwen3):
-    """Two ids at once, none, or a replaced list (the held one stops growing): ``otherwise``
-    each time, nothing taken by the check; a stream with stop ids or max_tokens gets
-    ``otherwise`` itself."""
+    """Two ids at once, or none (as when the caller replaced its output: the held one stops
+    growing): ``otherwise`` each time, nothing taken by the check; a stream with stop ids or max_tokens, or output
+    ids whose iterator cannot be placed (a deque), gets ``otherwise`` itself."""
     words = qwen3.encode("the quick brown fox", add_special_tokens=False)
     ServingStream.from_tokenizer(qwen3, eos_token_ids=()).follow(words)
     s = ServingStream.from_tokenizer(qwen3, eos_token_ids=())
     calls = []
     ids: list[int] = []
-    check = s.watch(ids, lambda arg: calls.append(arg) or "handed on")
-    ids += words[:2]
-    assert check("two") == "handed on" and s.token_ids == []
-    assert s.follow(ids) is True
-    assert check("none") == "handed on" and s.token_ids == words[:2]
-    ids = [*ids, words[2]]  # the caller's output replaced, not grown: the held list stays
-    assert check("replaced") == "handed on" and s.token_ids == words[:2]
-    assert calls == ["two", "none", "replaced"]
+
+    def otherwise(appended):
+        calls.append((appended, len(s.token_ids)))
+        return "handed on" if s.follow(ids) else "not quiet"
+
+    check = s.watch(ids, otherwise)
+    ids.append(words[0])
+    assert check(1) == "handed on"  # the first step: the check's place is set there
+    ids += words[1:3]
+    assert check(2) == "handed on" and s.token_ids == words[:3]
+    assert check(1) == "handed on" and s.token_ids == words[:3]  # none appended (or the output replaced)
+    ids.append(words[3])
+    assert check(1) is False and s.token_ids == words  # taken by the check: no call
+    assert calls == [(1, 0), (2, 1), (1, 3)]
     for kw in ({"stop_token_ids": [words[0]]}, {"max_tokens": 9}, {"eos_token_ids": None}):
         bounded = ServingStream.from_tokenizer(qwen3, **kw)
         assert bounded.watch([], print) is print
+    assert s.watch(deque(words), print) is print  # type: ignore[arg-type]
