@@ -246,7 +246,7 @@ class ServingStream:
         Stop ids, ``max_tokens``, other sequences: ``otherwise`` itself."""
         if not self._unbounded or not hasattr(iter(ids), "__setstate__"):
             return otherwise
-        taken, stream, new = self.token_ids, self, iter(())  # dry: the first step is otherwise's
+        taken, stream, new = self.token_ids, self, iter(ids[:0])  # dry: the first step is otherwise's
 
         def check(appended: int, /) -> Any:
             nonlocal new
