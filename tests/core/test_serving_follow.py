@@ -147,4 +147,4 @@ def test_watch_hands_on_every_other_step_and_takes_nothing_out_of_turn(qwen3):
     for kw in ({"stop_token_ids": [words[0]]}, {"max_tokens": 9}, {"eos_token_ids": None}):
         bounded = ServingStream.from_tokenizer(qwen3, **kw)
         assert bounded.watch([], print) is print
-    assert s.watch(deque(words), print) is print  # type: ignore[arg-type]
+    assert s.watch(deque(words), print) is print
