@@ -48,7 +48,9 @@ from detok_plugin import ServingStream
 STOP_SETS = {"with \\n\\nUser:": list(bench.STOPS), "without": [s for s in bench.STOPS if not s.startswith("\n")]}
 
 
-def _quiet(self: ServingStream, ids: Sequence[int], otherwise: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def _quiet(
+    self: ServingStream, ids: Sequence[int], otherwise: Callable[[int], Any], holding: Callable[[str], Any]
+) -> Callable[[int], Any]:
     """``watch`` less the core: a check that answers every step "quiet", no id taken."""
     return _nothing_finished
 

@@ -28,7 +28,7 @@ decoder and the ids: a request whose ids all leave at rest never builds it, nor 
 with nothing held. Nothing is learnt: a stop set never seen before costs what one seen a
 thousand times costs. The verbs are ``push_text``, ``push`` and ``finish``, as on the reference;
 for a scheduler that only watches for stops, ``follow`` (no text returned) and ``watch`` (its
-per-step check of one request, with ``follow``'s common step inside).
+per-step check of one request, which takes ``follow``'s common steps itself: ``_watch``).
 
 >>> from detok_plugin import ServingStream, TokenTable
 >>> table = TokenTable("byte_level", (b"\\xf0\\x9f", b"\\xab", b"\\xa8", b"Hi", b" ###"), frozenset())
@@ -52,6 +52,7 @@ from ._opening import Opened, as_id
 from ._options import StreamConfig, open_with_config
 from ._state import DetokenizerState
 from ._tables import learn_rest_text
+from ._watch import check_for
 
 __all__ = ["ServingStream"]
 
@@ -235,34 +236,30 @@ class ServingStream:
                     return self.finish_reason is None and not self.held
         return self._follow(ids, n)
 
-    def watch(self, ids: Sequence[int], otherwise: Callable[[int], Any]) -> Callable[[int], Any]:
-        """The callable a scheduler calls per step to watch ``ids`` (its whole output, a list or
-        an ``array`` grown in place) for stops: ``check(appended)`` after appending ``appended``
-        ids. It takes the common step (one id, which leaves the stream at rest: as in
-        :meth:`follow`) and returns False; it hands every other to ``otherwise(appended)``,
-        which is to :meth:`follow` the ids and answer. Its place in ``ids`` is an iterator's,
-        set after ``otherwise``: no id is taken twice, a cut or replaced output runs it dry, and
-        an ``appended`` of 1 is believed (too few delays the stream until ``otherwise`` runs).
-        Stop ids, ``max_tokens``, other sequences: ``otherwise`` itself."""
+    def watch(
+        self, ids: Sequence[int], otherwise: Callable[[int], Any], holding: Callable[[str], Any]
+    ) -> Callable[[int], Any]:
+        """A scheduler's per-step stop check over ``ids`` (its whole output, a list or an
+        ``array`` grown in place): ``check(appended)`` after appending ``appended`` ids takes
+        the common steps, False, and hands every other to ``otherwise(appended)``, which is to
+        :meth:`follow` the ids and answer; ``holding(held)``: the stream starts or stops
+        holding (``_watch``). Stop ids, ``max_tokens``, other sequences: ``otherwise`` itself."""
         if not self._unbounded or not hasattr(iter(ids), "__setstate__"):
             return otherwise
-        taken, stream, new = self.token_ids, self, iter(ids[:0])  # dry: the first step is otherwise's
+        return check_for(self, ids, otherwise, holding)
 
-        def check(appended: int, /) -> Any:
-            nonlocal new
-            if appended == 1:
-                for token_id in new:  # the id appended, if any
-                    rest = stream._rest
-                    if rest is not None and rest.get(token_id) is not None and token_id.__class__ is int:
-                        taken.append(token_id)  # at rest: as follow's first shortcut
-                        return False
-                    break
-            answer = otherwise(appended)
-            new = iter(ids)
-            new.__setstate__(len(taken))  # type: ignore[attr-defined]
-            return answer
-
-        return check
+    def _remembered(self, token_id: int) -> Step | None:
+        """The boundary's move for an id follow's second shortcut would feed to an idle
+        decoder, where its quick text's scan from this node is remembered with no match (as
+        in :meth:`_fed`); else None."""
+        rest = self._rest
+        if (
+            token_id.__class__ is int and 0 <= token_id < self._fed_below and (rest is None or token_id in rest)
+            and self._vocab[token_id] is not None and self._dec.idle and self._steps  # type: ignore[index]
+        ):
+            text = self._quick[token_id]
+            return None if text is None else self._steps[self._node].get(text)
+        return None
 
     def _follow(self, ids: Sequence[int], n: int) -> bool:
         if len(ids) < n:

@@ -24,19 +24,20 @@ The dispatch: the class methods (ours) run once per request, on its first call, 
 the request's own callables on it (``Req`` has no ``__slots__``), so that SGLang's calls
 from then on land on them directly, with no lookup. A request with stop strings gets, as
 its check, the stream's own (``ServingStream.watch`` of its ``output_ids``): the common
-step (one new id that leaves the stream at rest) is that one call and one lookup, and every
-other step goes on to :func:`_bind`'s ``otherwise``, which follows the ids and sets SGLang's
-finish; its prefix check holds the ids while the stream holds a partial stop. A request
-with neither stop strings nor stop regexes gets :func:`_no_stop` and :data:`_holds_nothing`,
-which answer what stock's methods answer for it (False), without reading its sampling
-params every step. The check runs after every append SGLang makes (``update_finish_state``,
-before the output streamer asks the prefix check), so the prefix check reads the stream as
-the check left it: while the stream is quiet it is :data:`_holds_nothing` (``bool``, whose
-call runs no Python frame); a step that leaves a partial stop held puts
-:data:`_holds_partial` in its place, and the step that leaves the stream quiet again puts
-:data:`_holds_nothing` back. The bound callables hold the request's ``output_ids`` and
-reach the request itself through a weak reference: no reference cycle, so a finished
-request is freed the moment SGLang drops it, as stock's is.
+steps (one new id that leaves the stream at rest, or whose partial-stop move the stream
+remembers) are that one call, and every other step goes on to :func:`_bind`'s
+``otherwise``, which follows the ids and sets SGLang's finish. A request with neither stop
+strings nor stop regexes gets :func:`_no_stop` and :data:`_holds_nothing`, which answer
+what stock's methods answer for it (False), without reading its sampling params every
+step. The check runs after every append SGLang makes (``update_finish_state``, before the
+output streamer asks the prefix check), so the prefix check reads the stream as the check
+left it: while the stream holds nothing it is :data:`_holds_nothing` (``bool``, whose call
+runs no Python frame); a step that leaves a partial stop held (or ends at a stop) puts
+:data:`_holds_partial` in its place, and the step that leaves it holding nothing again
+puts :data:`_holds_nothing` back (``otherwise``, or the check's ``holding`` on a step it
+took). The bound callables hold the request's ``output_ids`` and reach the request itself
+through a weak reference: no reference cycle, so a finished request is freed the moment
+SGLang drops it, as stock's is.
 
 What stays SGLang's: stop regexes (a request with one is stock's whole, through the class
 methods), stop token ids, EOS, length and grammar. A request whose output SGLang cut (a
@@ -125,7 +126,8 @@ _holds_partial = True.__bool__
 def _bind(req: Any, stream: ServingStream) -> None:
     """Put the request's own check and prefix check on it, over ``stream``: the check is the
     stream's own (:meth:`ServingStream.watch` of the request's ``output_ids``), which takes
-    the common step itself and hands every other to :func:`_bind`'s ``otherwise``."""
+    the common steps itself (telling ``holding`` when a partial stop begins or ends) and
+    hands every other to :func:`_bind`'s ``otherwise``."""
     ref = weakref.ref(req)
     ids = req.output_ids
     follow = stream.follow
@@ -145,7 +147,12 @@ def _bind(req: Any, stream: ServingStream) -> None:
             return False
         return _settle(owner, stream, new_accepted_len)
 
-    req._check_str_based_finish = stream.watch(ids, otherwise)
+    def holding(held: str) -> None:
+        """The stream started or stopped holding on a step its check took itself."""
+        owner: Any = ref()  # alive: SGLang is calling its method
+        owner.check_match_stop_str_prefix = _holds_partial if held else _holds_nothing
+
+    req._check_str_based_finish = stream.watch(ids, otherwise, holding)
     req.check_match_stop_str_prefix = _holds_nothing
 
 

@@ -74,20 +74,35 @@ def test_follow_of_a_cut_output_changes_nothing(qwen3):
 
 @given(data=st.data())
 def test_watch_answers_what_following_answers(real_tokenizer, data):
-    """``watch(ids, otherwise)``, called with how many ids each step appended: each step's
-    answer is False when the stream, having followed the ids, is quiet, else
-    ``otherwise``'s (which follows them here), and the stream takes exactly what
-    ``push_text`` of each id takes, whether the check took the step itself or handed it on."""
+    """``watch(ids, otherwise, holding)``, called with how many ids each step appended: each
+    step's answer is False when the stream, having followed the ids, is quiet, ``otherwise``'s
+    (which follows them here) when it finished, either while it holds a partial stop; the
+    stream takes exactly what ``push_text`` of each id takes, whether the check took the
+    step itself or handed it on; and a caller that marks the request held when
+    ``otherwise`` finds the stream not quiet and as ``holding`` says (called only on a
+    change) holds it exactly while the stream holds text or has finished."""
     s, ref, ids, steps = _drawn(real_tokenizer, data)
+    holds = [False]
 
     def otherwise(appended):
-        return False if s.follow(ids) else ("not quiet", appended)
+        holds[0] = not s.follow(ids)
+        return ("not quiet", appended) if holds[0] else False
 
-    check = s.watch(ids, otherwise)
+    def holding(held):
+        assert (held != "") is not holds[0]
+        holds[0] = held != ""
+
+    check = s.watch(ids, otherwise, holding)
     for appended in steps:
         got = check(appended)
         assert _state(s) == _state(ref)
-        assert got == (False if ref.finish_reason is None and ref.held == "" else ("not quiet", appended))
+        if ref.finish_reason is not None:  # a finish: otherwise's answer
+            assert got == ("not quiet", appended)
+        elif ref.held == "":
+            assert got is False
+        else:  # a partial stop: taken by the check (False, holding told) or otherwise's answer
+            assert got in (False, ("not quiet", appended))
+        assert holds[0] == (ref.finish_reason is not None or ref.held != "")
 
 
 @given(data=st.data())
@@ -96,7 +111,7 @@ def test_watch_never_takes_an_id_twice_or_out_of_turn(real_tokenizer, data):
     id twice or out of turn (the ids taken are always the output's first ids), and the
     first step it hands on brings the stream level with ``push_text`` of each id."""
     s, ref, ids, steps = _drawn(real_tokenizer, data)
-    check = s.watch(ids, lambda appended: s.follow(ids) and False)
+    check = s.watch(ids, lambda appended: s.follow(ids) and False, lambda held: None)
     for appended in steps:
         for told in data.draw(st.lists(st.sampled_from([appended, 1, 2, 0]), min_size=1, max_size=3)):
             check(told)
@@ -105,20 +120,23 @@ def test_watch_never_takes_an_id_twice_or_out_of_turn(real_tokenizer, data):
     assert _state(s) == _state(ref)
 
 
-def test_watch_takes_the_common_step_without_otherwise(qwen3):
-    """Ids seen at rest before (the table's shared at-rest texts), one per step, with no
-    stop's first character: after the first step (handed on: the check learns its place in
-    the ids there), the check takes each itself; ``otherwise`` is not called again."""
-    words = qwen3.encode("the quick brown fox jumps over the lazy dog", add_special_tokens=False)
-    ServingStream.from_tokenizer(qwen3, stop=["###"], eos_token_ids=()).follow(words)  # seen at rest
-    s = ServingStream.from_tokenizer(qwen3, stop=["###"], eos_token_ids=())
-    calls = []
+def test_watch_takes_the_common_steps_without_otherwise(qwen3):
+    """Ids seen before, one per step: those that leave the stream at rest, and those whose
+    boundary move is remembered (``".\n"`` begins ``"\n\nUser:"``, the next word gives it
+    up): after the first step (handed on: the check learns its place in the ids there), the
+    check takes each itself, ``otherwise`` is not called again, and ``holding`` hears each
+    start and end of the hold."""
+    words = qwen3.encode("the quick fox.\nthe lazy dog.\nthe end", add_special_tokens=False)
+    ServingStream.from_tokenizer(qwen3, stop=["\n\nUser:"], eos_token_ids=()).follow(words)  # seen
+    s = ServingStream.from_tokenizer(qwen3, stop=["\n\nUser:"], eos_token_ids=())
+    calls, holds = [], []
     ids: list[int] = []
-    check = s.watch(ids, lambda appended: calls.append(appended) or not s.follow(ids))
+    check = s.watch(ids, lambda appended: calls.append(appended) or not s.follow(ids), holds.append)
     for i in words:
         ids.append(i)
         assert check(1) is False
     assert calls == [1] and s.token_ids == words
+    assert holds == ["\n", "", "\n", ""]
 
 
 def test_watch_hands_on_every_other_step_and_takes_nothing_out_of_turn(qwen3):
@@ -135,7 +153,7 @@ def test_watch_hands_on_every_other_step_and_takes_nothing_out_of_turn(qwen3):
         calls.append((appended, len(s.token_ids)))
         return "handed on" if s.follow(ids) else "not quiet"
 
-    check = s.watch(ids, otherwise)
+    check = s.watch(ids, otherwise, print)
     ids.append(words[0])
     assert check(1) == "handed on"  # the first step: the check's place is set there
     ids += words[1:3]
@@ -146,5 +164,5 @@ def test_watch_hands_on_every_other_step_and_takes_nothing_out_of_turn(qwen3):
     assert calls == [(1, 0), (2, 1), (1, 3)]
     for kw in ({"stop_token_ids": [words[0]]}, {"max_tokens": 9}, {"eos_token_ids": None}):
         bounded = ServingStream.from_tokenizer(qwen3, **kw)
-        assert bounded.watch([], print) is print
-    assert s.watch(deque(words), print) is print
+        assert bounded.watch([], print, print) is print
+    assert s.watch(deque(words), print, print) is print
