@@ -118,8 +118,8 @@ def _no_stop(new_accepted_len: int = 1) -> bool:
 _holds_nothing = bool
 
 #: ``check_match_stop_str_prefix`` after a step that left the stream holding a partial stop
-#: (or ended at a stop): hold the ids. The stream is then not at rest, so the next step goes
-#: through the shim's ``otherwise``, which puts :data:`_holds_nothing` back once it is quiet.
+#: (or ended at a stop): hold the ids, until a step leaves the stream holding nothing again
+#: and puts :data:`_holds_nothing` back (the check's ``holding``, or the shim's ``otherwise``).
 _holds_partial = True.__bool__
 
 
