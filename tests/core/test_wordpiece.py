@@ -147,3 +147,33 @@ def test_a_stop_across_a_skipped_special_token_is_cut_at_its_space(bert, stop, p
     )
     assert [s.push_text(i) for i in (v("hi"), v("[SEP]"), v("there"))] == pieces
     assert (s.finish_reason, s.stop_reason) == ("stop", stop)
+
+
+@pytest.mark.parametrize("skip", [True, False], ids=["skip_special", "keep_special"])
+@given(data=st.data())
+def test_a_schedulers_watch_takes_what_push_text_takes(bert, skip, data):
+    """``ServingStream.watch`` on the generic path (no at-rest texts, no remembered moves):
+    every step is ``otherwise``'s, and after each the stream has taken exactly what
+    ``push_text`` of each id takes (ids, finish, held), stop or none."""
+    out = data.draw(st.lists(st.one_of(WORD, SPECIAL), min_size=1, max_size=8), label="out")
+    stop = data.draw(st.sampled_from([(), ("hi there",), ("s.",), ("[SEP]",)]), label="stop")
+    kw = dict(skip_special_tokens=skip, stop=stop, eos_token_ids=())
+    s, ref = ServingStream.from_tokenizer(bert, **kw), ServingStream.from_tokenizer(bert, **kw)
+    assert s.path == "generic"
+    ids: list[int] = []
+    calls = []
+
+    def otherwise(appended):
+        calls.append(appended)
+        return s.follow(ids)
+
+    check = s.watch(ids, otherwise, lambda held: calls.append(("holding", held)))
+    for tid in out:
+        if ref.finish_reason is not None:
+            break
+        ids.append(tid)
+        ref.push_text(tid)
+        assert check(1) == (ref.finish_reason is None and ref.held == "")
+        assert (s.token_ids, s.finish_reason, s.stop_reason, s.held) == (
+            ref.token_ids, ref.finish_reason, ref.stop_reason, ref.held)
+    assert calls == [1] * len(ids)
