@@ -344,7 +344,7 @@ class ServingStream:
         dec = self._dec
         if dec.idle and (text := self._quick[token_id]) is not None:
             # Fed to an idle decoder, an id with a quick text leaves it idle: a scan of that
-            # text from this node remembered with no match is the boundary's move.
+            # text from this node remembered with no match is the boundary's move (_remembered's too).
             step = self._steps[self._node].get(text) if self._steps else None
             if step is not None:
                 self.token_ids.append(token_id)
